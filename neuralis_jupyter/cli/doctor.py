@@ -1,0 +1,49 @@
+"""``neuralis doctor``: where the data lives, which schema it has, which providers can be reached."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from sqlalchemy.engine import make_url
+
+__all__ = ["register"]
+
+#: provider -> the environment variables that carry its key, in lookup order.
+PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "openai": ("OPENAI_API_KEY",),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check the installation and print where data is kept")
+    p.add_argument("--settings", action="store_true", help="also list every setting with its help text")
+    p.set_defaults(func=run)
+
+
+def _safe_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_settings
+    from ..store import Store
+    from ..store.migrations import pending_migrations, schema_version
+
+    settings = load_settings()
+    store = Store(settings)
+    print(f"data root:      {settings.data_root}")
+    print(f"store:          {_safe_url(settings.store_url)}")
+    engine = store.engine
+    print(f"schema version: {schema_version(engine)} ({len(pending_migrations(engine))} pending)")
+    for provider, names in PROVIDER_KEYS.items():
+        found = next((n for n in names if os.environ.get(n)), None)
+        state = f"credentials found ({found})" if found else f"no key (set {' or '.join(names)})"
+        print(f"provider {provider + ':':11s}{state}")
+    if args.settings:
+        print()
+        for name, trait in sorted(settings.traits(config=True).items()):
+            print(f"c.NeuralisSettings.{name} = {getattr(settings, name)!r}")
+            print(f"    {trait.help}")
+    return 0

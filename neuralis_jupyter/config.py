@@ -1,0 +1,112 @@
+"""Settings shared by the kernel, the server extension and the CLI.
+
+Every knob is a trait on :class:`NeuralisSettings`. Set one in any Jupyter config file
+(``jupyter_neuralis_config.py``: ``c.NeuralisSettings.max_agents_per_project = 20``, or the JSON
+form), on the server's own config when running under Jupyter Server, or through the environment
+variables named in each help text.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from traitlets import Integer, TraitError, Unicode, default, validate
+from traitlets.config import Config, Configurable
+
+__all__ = ["CONFIG_FILE_STEM", "NeuralisSettings", "load_settings"]
+
+CONFIG_FILE_STEM = "jupyter_neuralis_config"
+
+
+class NeuralisSettings(Configurable):
+    """Where Neuralis keeps its data and the limits it applies."""
+
+    data_root = Unicode(
+        help=(
+            "The data root: conversations as files, the SQLite store, pending results. "
+            "Default: $NEURALIS_HOME, else <jupyter data dir>/neuralis."
+        ),
+    ).tag(config=True)
+
+    store_url = Unicode(
+        help=(
+            "SQLAlchemy URL of the SQL store (usage, audit, inbox, interactions, tickets). "
+            "Default: $NEURALIS_STORE_URL, else a SQLite file neuralis.db in the data root. "
+            "Use postgresql+psycopg://... when a team shares one store."
+        ),
+    ).tag(config=True)
+
+    max_agents_per_project = Integer(
+        100,
+        help="Seat ceiling: the most agents one project may hold. Creating one more is refused.",
+    ).tag(config=True)
+
+    @default("data_root")
+    def _default_data_root(self) -> str:
+        env = os.environ.get("NEURALIS_HOME")
+        if env:
+            return env
+        from jupyter_core.paths import jupyter_data_dir
+
+        return str(Path(jupyter_data_dir()) / "neuralis")
+
+    @default("store_url")
+    def _default_store_url(self) -> str:
+        env = os.environ.get("NEURALIS_STORE_URL")
+        if env:
+            return env
+        return f"sqlite:///{Path(self.data_root) / 'neuralis.db'}"
+
+    @validate("data_root")
+    def _validate_data_root(self, proposal: dict[str, object]) -> str:
+        value = str(proposal["value"])
+        if not value:
+            raise TraitError("data_root must be a directory path, got an empty string")
+        return str(Path(value).expanduser().resolve())
+
+    @validate("store_url")
+    def _validate_store_url(self, proposal: dict[str, object]) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        value = str(proposal["value"])
+        try:
+            make_url(value)
+        except ArgumentError as exc:
+            raise TraitError(
+                f"store_url must be a SQLAlchemy URL such as sqlite:////path/neuralis.db or "
+                f"postgresql+psycopg://user@host/db, got {value!r}: {exc}"
+            ) from None
+        return value
+
+    @validate("max_agents_per_project")
+    def _validate_max_agents(self, proposal: dict[str, object]) -> int:
+        value = proposal["value"]
+        if not isinstance(value, int) or value < 1:
+            raise TraitError(f"max_agents_per_project must be a positive integer, got {value!r}")
+        return value
+
+
+def load_settings(config: Config | None = None) -> NeuralisSettings:
+    """Settings from the Jupyter config path (``jupyter_neuralis_config.{json,py}``) plus ``config``."""
+    merged = Config()
+    from jupyter_core.paths import jupyter_config_path
+    from traitlets.config.loader import (
+        ConfigFileNotFound,
+        JSONFileConfigLoader,
+        PyFileConfigLoader,
+    )
+
+    # jupyter_config_path() lists the most specific directory first; load the least specific first so
+    # user settings override system ones.
+    for directory in reversed(jupyter_config_path()):
+        for loader_cls, suffix in ((JSONFileConfigLoader, ".json"), (PyFileConfigLoader, ".py")):
+            loader = loader_cls(CONFIG_FILE_STEM + suffix, path=directory)
+            try:
+                merged.merge(loader.load_config())
+            except ConfigFileNotFound:
+                continue
+    if config is not None:
+        merged.merge(config)
+    return NeuralisSettings(config=merged)
