@@ -42,6 +42,24 @@ class NeuralisSettings(Configurable):
         help="Seat ceiling: the most agents one project may hold. Creating one more is refused.",
     ).tag(config=True)
 
+    catalog_path = Unicode(
+        "",
+        help=(
+            "A JSON model catalog (same shape as the shipped providers/catalog.json) whose entries "
+            "replace or add models and prices by (provider, id). Empty: the shipped catalog only."
+        ),
+    ).tag(config=True)
+
+    max_agent_steps = Integer(
+        50,
+        help="The most model calls one turn may make; a run's own budget can only lower it.",
+    ).tag(config=True)
+
+    default_agent = Unicode(
+        "assistant",
+        help="The agent a project's users chat with when they name none; provisioned on first use.",
+    ).tag(config=True)
+
     @default("data_root")
     def _default_data_root(self) -> str:
         env = os.environ.get("NEURALIS_HOME")
@@ -80,12 +98,20 @@ class NeuralisSettings(Configurable):
             ) from None
         return value
 
-    @validate("max_agents_per_project")
-    def _validate_max_agents(self, proposal: dict[str, object]) -> int:
+    @validate("max_agents_per_project", "max_agent_steps")
+    def _validate_positive(self, proposal: dict[str, object]) -> int:
         value = proposal["value"]
+        name = proposal["trait"].name  # type: ignore[attr-defined]
         if not isinstance(value, int) or value < 1:
-            raise TraitError(f"max_agents_per_project must be a positive integer, got {value!r}")
+            raise TraitError(f"{name} must be a positive integer, got {value!r}")
         return value
+
+    @validate("catalog_path")
+    def _validate_catalog_path(self, proposal: dict[str, object]) -> str:
+        value = str(proposal["value"])
+        if value and not Path(value).expanduser().is_file():
+            raise TraitError(f"catalog_path names no file: {value!r}")
+        return str(Path(value).expanduser()) if value else ""
 
 
 def load_settings(config: Config | None = None) -> NeuralisSettings:

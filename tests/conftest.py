@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from neuralis_jupyter.store.sql import dispose_engines
+from neuralis_jupyter.testing.fixtures import fake_llm  # noqa: F401
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -53,6 +54,7 @@ def neuralis_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("NEURALIS_USER", "alice")
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(home / ".jupyter-config"))
     monkeypatch.setenv("JUPYTER_NO_CONFIG", "1")
+    monkeypatch.setenv("NEURALIS_MODEL_REQUESTS", "loopback")
     for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(key, raising=False)
     yield home

@@ -13,6 +13,7 @@ __all__ = ["main"]
 #: subcommand -> module defining ``register(subparsers)``; the module is imported only when needed.
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "neuralis_jupyter.cli.doctor",
+    "chat": "neuralis_jupyter.cli.chat",
 }
 
 

@@ -1,0 +1,170 @@
+"""Where a provider's API key and base URL come from.
+
+Order, first match wins:
+
+1. the environment (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``; ``*_BASE_URL`` for the endpoint);
+2. the project's credential file ``<data root>/projects/<project>/credentials.json``, a JSON object
+   keyed by the same variable names (``{"ANTHROPIC_API_KEY": "sk-ant-..."}``). The file must be
+   readable by its owner only; a group- or world-readable file is refused, not read, because a key
+   that other accounts can read is already leaked;
+3. an OpenAI-compatible server that is not OpenAI's own (``OPENAI_BASE_URL`` set to a local or
+   self-hosted endpoint) needs no key: a placeholder is sent, since the SDK insists on one.
+
+Nothing here logs or returns a key except :func:`resolve_api_key`; :func:`has_credentials` names the
+source only, for ``neuralis doctor``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from .errors import InsecureCredentials, MissingCredentials, ProviderError
+
+if TYPE_CHECKING:
+    from ..store.paths import DataRoot
+
+__all__ = [
+    "CREDENTIALS_FILE",
+    "NO_KEY_PLACEHOLDER",
+    "PROVIDER_KEYS",
+    "InsecureCredentials",
+    "ProviderKeys",
+    "has_credentials",
+    "resolve_api_key",
+    "resolve_base_url",
+]
+
+CREDENTIALS_FILE = "credentials.json"
+#: Sent to OpenAI-compatible servers that take no key; the SDK refuses to build a client without one.
+NO_KEY_PLACEHOLDER = "neuralis-no-key"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderKeys:
+    """The variables that configure one provider."""
+
+    api_key_vars: tuple[str, ...]
+    base_url_var: str
+    #: Hosts of the provider's own API; any other base URL is a compatible server that may take no key.
+    own_hosts: tuple[str, ...] = ()
+    keyless_compatible: bool = False
+
+
+PROVIDER_KEYS: dict[str, ProviderKeys] = {
+    "anthropic": ProviderKeys(api_key_vars=("ANTHROPIC_API_KEY",), base_url_var="ANTHROPIC_BASE_URL"),
+    "openai": ProviderKeys(
+        api_key_vars=("OPENAI_API_KEY",),
+        base_url_var="OPENAI_BASE_URL",
+        own_hosts=("api.openai.com",),
+        keyless_compatible=True,
+    ),
+}
+
+
+def _keys(provider: str) -> ProviderKeys:
+    try:
+        return PROVIDER_KEYS[provider]
+    except KeyError:
+        raise ValueError(
+            f"no credentials are known for provider {provider!r}; known: {', '.join(sorted(PROVIDER_KEYS))}"
+        ) from None
+
+
+def resolve_base_url(provider: str) -> str | None:
+    """The provider's base URL from the environment, or None for the SDK default."""
+    value = os.environ.get(_keys(provider).base_url_var, "").strip()
+    return value or None
+
+
+def _credentials_path(data_root: DataRoot | None, project_id: str | None) -> Path | None:
+    if data_root is None or project_id is None:
+        return None
+    return data_root.project_dir(project_id) / CREDENTIALS_FILE
+
+
+def _read_credentials(path: Path) -> dict[str, str]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return {}
+    mode = stat.S_IMODE(st.st_mode)
+    if os.name == "posix" and mode & 0o077:
+        raise InsecureCredentials(str(path), mode)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProviderError(f"cannot read the credential file {path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ProviderError(f"the credential file {path} must hold a JSON object of NAME: key")
+    return {k: v for k, v in doc.items() if isinstance(k, str) and isinstance(v, str) and v.strip()}
+
+
+def _find_key(provider: str, data_root: DataRoot | None, project_id: str | None) -> tuple[str, str] | None:
+    """(source, key) of the first key found; the source is a variable name or a file path."""
+    keys = _keys(provider)
+    for var in keys.api_key_vars:
+        value = os.environ.get(var, "").strip()
+        if value:
+            return var, value
+    path = _credentials_path(data_root, project_id)
+    if path is not None:
+        stored = _read_credentials(path)
+        for var in keys.api_key_vars:
+            if var in stored:
+                return f"{path} ({var})", stored[var].strip()
+    return None
+
+
+def _keyless(provider: str, base_url: str | None) -> bool:
+    keys = _keys(provider)
+    if not keys.keyless_compatible or not base_url:
+        return False
+    host = (urlsplit(base_url).hostname or "").lower()
+    return bool(host) and host not in keys.own_hosts
+
+
+def resolve_api_key(
+    provider: str,
+    *,
+    data_root: DataRoot | None = None,
+    project_id: str | None = None,
+    base_url: str | None = None,
+) -> str:
+    """The API key for ``provider``, or :class:`MissingCredentials` naming the variables to set.
+
+    ``base_url`` is the endpoint the key is for (default: :func:`resolve_base_url`); an
+    OpenAI-compatible endpoint other than OpenAI's own gets :data:`NO_KEY_PLACEHOLDER` when no key is set.
+    """
+    found = _find_key(provider, data_root, project_id)
+    if found is not None:
+        return found[1]
+    if _keyless(provider, base_url or resolve_base_url(provider)):
+        return NO_KEY_PLACEHOLDER
+    raise MissingCredentials(provider, _keys(provider).api_key_vars)
+
+
+def has_credentials(
+    provider: str,
+    *,
+    data_root: DataRoot | None = None,
+    project_id: str | None = None,
+    base_url: str | None = None,
+) -> str | None:
+    """Where the key would come from (a variable name or the credential file), never the key itself.
+
+    None when there is none. An insecure credential file still raises :class:`InsecureCredentials`,
+    so that ``neuralis doctor`` can say how to fix it.
+    """
+    found = _find_key(provider, data_root, project_id)
+    if found is not None:
+        return found[0]
+    url = base_url or resolve_base_url(provider)
+    if _keyless(provider, url):
+        return f"{_keys(provider).base_url_var}={url} (no key needed)"
+    return None

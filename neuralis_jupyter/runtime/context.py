@@ -1,0 +1,155 @@
+"""What a turn is asked to do, and what a tool handler can see of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ..contracts.envelope import Envelope
+from ..contracts.identity import SessionContext
+from ..providers.base import Model
+from ..store.conversations import Conversation
+from .handoff import ConversationHandoff, HandoffPublisher
+from .permission import PermissionHook, ToolPolicy
+from .tools import ToolRegistry
+from .transcript import HistoryTransform
+
+if TYPE_CHECKING:
+    from .events import RuntimeEvent
+    from .loop import AgentRuntime
+    from .results import ResultStore
+
+__all__ = [
+    "LIVE",
+    "ExecutionMode",
+    "PromptBuilder",
+    "StaticPrompt",
+    "StopSignal",
+    "ToolContext",
+    "ToolTape",
+    "TurnRequest",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionMode:
+    """``live`` runs tools; ``shadow`` performs no effects: only attested first-party reads and
+    intrinsic tools run, everything else is captured as an intent (seed 001, item 7)."""
+
+    kind: Literal["live", "shadow"] = "live"
+
+
+LIVE = ExecutionMode()
+SHADOW = ExecutionMode(kind="shadow")
+
+
+class PromptBuilder(Protocol):
+    def static(self, session: SessionContext) -> str:
+        """The system prompt's byte-stable part, built once per turn."""
+        ...
+
+    def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
+        """The per-step session block."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticPrompt:
+    text: str = "You are a helpful research assistant working inside a Jupyter notebook."
+
+    def static(self, session: SessionContext) -> str:
+        return self.text
+
+    def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
+        return f"<session>\nSteps: {step}/{max_steps if max_steps is not None else '∞'}\n</session>"
+
+
+class StopSignal:
+    """A stop for one turn: set in-process, or found by ``poll`` (a flag in the store, so a server
+    route can stop a turn running in a kernel). ``poll`` is blocking I/O: it runs in a worker thread,
+    at most every ``poll_interval`` seconds."""
+
+    def __init__(self, poll: Callable[[], bool] | None = None, *, poll_interval: float = 0.25) -> None:
+        self._event = asyncio.Event()
+        self._poll = poll
+        self._interval = poll_interval
+        self._last = 0.0
+        self.reason: str | None = None
+
+    def set(self, reason: str = "stopped") -> None:
+        self.reason = self.reason or reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        """Whether a stop has been seen; never polls."""
+        return self._event.is_set()
+
+    async def check(self, *, force_poll: bool = False) -> bool:
+        """Whether the turn must stop, polling the store when the interval has passed."""
+        if self._event.is_set():
+            return True
+        now = time.monotonic()
+        if self._poll is not None and (force_poll or now - self._last >= self._interval):
+            self._last = now
+            if await asyncio.to_thread(self._poll):
+                self.set("stop requested")
+                return True
+        return False
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    @property
+    def poll_interval(self) -> float | None:
+        """How often a waiter should call :meth:`check`; ``None`` when nothing is polled."""
+        return self._interval if self._poll is not None else None
+
+
+class ToolTape(Protocol):
+    """Cassette access to tool results: record them, or replay a non-deterministic tool's result."""
+
+    def recorded_result(self, tool_use_id: str) -> dict[str, Any] | None: ...
+
+    def record_result(self, tool_use_id: str, block: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRequest:
+    session: SessionContext
+    conversation: Conversation
+    model: Model
+    tools: ToolRegistry
+    #: The user's message; ``None`` continues the conversation from what is already in it.
+    message: str | None = None
+    envelope: Envelope = field(default_factory=Envelope)
+    mode: ExecutionMode = LIVE
+    prompt: PromptBuilder = field(default_factory=StaticPrompt)
+    permission: PermissionHook | None = None
+    policy: ToolPolicy | None = None
+    stop: StopSignal | None = None
+    tape: ToolTape | None = None
+    #: Where a suspended turn's checkpoint goes; ``None`` reports the handoff as absent.
+    handoff: HandoffPublisher | None = field(default_factory=ConversationHandoff)
+    history: HistoryTransform | None = None
+    #: Sub-agent nesting depth; 0 for a top-level turn.
+    depth: int = 0
+    max_tokens: int = 4096
+    temperature: float | None = None
+
+
+@dataclass(kw_only=True)
+class ToolContext:
+    """Handed to every tool handler. ``session.tool_use_id`` names the call."""
+
+    session: SessionContext
+    request: TurnRequest
+    runtime: AgentRuntime
+    results: ResultStore
+    step: int
+    emit: Callable[[RuntimeEvent], None]
+    stop: StopSignal
+    #: Per-turn scratch space tools share (e.g. staged skill credentials).
+    turn_state: dict[str, Any]

@@ -1,0 +1,140 @@
+"""Token and dollar accounting of one turn, one pricing partition per model.
+
+A turn that spans two models (a sub-agent on another model, a model switch) is two usage events that
+share the turn's request id. Each partition's row is written as soon as its first step is priced and
+updated after every later step, so a crash loses at most the step in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from ..contracts.identity import SessionContext
+from ..providers.base import UsageEvent as ModelUsage
+from ..providers.catalog import PRICING_BASIS, Catalog, cost_usd
+from ..store.usage import UsageEvent, UsageStore
+from .events import UsageUpdated
+
+__all__ = ["Partition", "TurnMeter"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Partition:
+    provider: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    steps: int = 0
+    cost_usd: float = 0.0
+
+    def as_event(self) -> UsageUpdated:
+        return UsageUpdated(
+            provider=self.provider,
+            model=self.model,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+            steps=self.steps,
+            cost_usd=self.cost_usd,
+            pricing_basis=PRICING_BASIS,
+        )
+
+
+class TurnMeter:
+    def __init__(
+        self,
+        *,
+        session: SessionContext,
+        catalog: Catalog,
+        usage: UsageStore | None,
+        started: datetime,
+    ) -> None:
+        self._session = session
+        self._catalog = catalog
+        self._usage = usage
+        self._started = started
+        self._parts: dict[tuple[str, str], Partition] = {}
+        self._row_ids: dict[tuple[str, str], int] = {}
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        return tuple(self._parts.values())
+
+    @property
+    def total_usd(self) -> float:
+        return sum(p.cost_usd for p in self._parts.values())
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(
+            p.input_tokens + p.output_tokens + p.cache_read_tokens + p.cache_write_tokens
+            for p in self._parts.values()
+        )
+
+    def add(self, provider: str, model: str, usage: ModelUsage, *, duration_ms: int) -> Partition:
+        """Price one model call and persist the partition's running total."""
+        entry = self._catalog.lookup(provider, model, allow_unpriced=True)
+        key = (provider, model)
+        part = self._parts.get(key) or Partition(provider=provider, model=model)
+        part = replace(
+            part,
+            input_tokens=part.input_tokens + usage.input_tokens,
+            output_tokens=part.output_tokens + usage.output_tokens,
+            cache_read_tokens=part.cache_read_tokens + usage.cache_read_tokens,
+            cache_write_tokens=part.cache_write_tokens + usage.cache_write_tokens,
+            steps=part.steps + 1,
+        )
+        part = replace(
+            part,
+            cost_usd=cost_usd(
+                entry.prices,
+                input_tokens=part.input_tokens,
+                output_tokens=part.output_tokens,
+                cache_read_tokens=part.cache_read_tokens,
+                cache_write_tokens=part.cache_write_tokens,
+            ),
+        )
+        self._parts[key] = part
+        self._persist(key, part, duration_ms)
+        return part
+
+    def _persist(self, key: tuple[str, str], part: Partition, duration_ms: int) -> None:
+        if self._usage is None:
+            return
+        s = self._session
+        event = UsageEvent(
+            ts=self._started,
+            project_id=s.project_id,
+            user_id=s.user_id,
+            agent_id=s.agent_id,
+            conversation_id=s.conversation_id,
+            request_id=s.request_id or "",
+            provider=part.provider,
+            model=part.model,
+            input_tokens=part.input_tokens,
+            output_tokens=part.output_tokens,
+            cache_read_tokens=part.cache_read_tokens,
+            cache_write_tokens=part.cache_write_tokens,
+            steps=part.steps,
+            cost_usd=part.cost_usd,
+            equivalent_cost_usd=None,
+            duration_ms=duration_ms,
+        )
+        row_id = self._row_ids.get(key)
+        if row_id is None:
+            self._row_ids[key] = self._usage.insert(event)
+        else:
+            self._usage.update(row_id, event)
+
+    def finish(self, *, duration_ms: int) -> None:
+        """Stamp the turn's duration on every partition."""
+        for key, part in self._parts.items():
+            self._persist(key, part, duration_ms)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

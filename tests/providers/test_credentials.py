@@ -1,0 +1,133 @@
+"""Where keys and base URLs come from: environment, then the project's credential file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from neuralis_jupyter.providers import MissingCredentials
+from neuralis_jupyter.providers.credentials import (
+    NO_KEY_PLACEHOLDER,
+    PROVIDER_KEYS,
+    InsecureCredentials,
+    has_credentials,
+    resolve_api_key,
+    resolve_base_url,
+)
+from neuralis_jupyter.store.paths import DataRoot
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+
+
+@pytest.fixture
+def data_root(tmp_path: Path) -> DataRoot:
+    return DataRoot(tmp_path)
+
+
+def _write_credentials(data_root: DataRoot, doc: dict, mode: int = 0o600) -> Path:
+    path = data_root.project_dir("lab") / "credentials.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    path.chmod(mode)
+    return path
+
+
+def test_environment_first(monkeypatch: pytest.MonkeyPatch, data_root: DataRoot) -> None:
+    _write_credentials(data_root, {"ANTHROPIC_API_KEY": "from-file"})
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
+    assert resolve_api_key("anthropic", data_root=data_root, project_id="lab") == "from-env"
+    assert has_credentials("anthropic", data_root=data_root, project_id="lab") == "ANTHROPIC_API_KEY"
+
+
+def test_project_credential_file(data_root: DataRoot) -> None:
+    path = _write_credentials(data_root, {"ANTHROPIC_API_KEY": "sk-ant-file", "OPENAI_API_KEY": "sk-file"})
+    assert resolve_api_key("anthropic", data_root=data_root, project_id="lab") == "sk-ant-file"
+    assert resolve_api_key("openai", data_root=data_root, project_id="lab") == "sk-file"
+    source = has_credentials("openai", data_root=data_root, project_id="lab")
+    assert source == f"{path} (OPENAI_API_KEY)"
+    assert "sk-file" not in source
+
+
+@posix_only
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_readable_credential_file_is_refused(data_root: DataRoot, mode: int) -> None:
+    path = _write_credentials(data_root, {"ANTHROPIC_API_KEY": "sk-ant-file"}, mode=mode)
+    with pytest.raises(InsecureCredentials) as info:
+        resolve_api_key("anthropic", data_root=data_root, project_id="lab")
+    assert f"chmod 600 {path}" in str(info.value)
+    assert "sk-ant-file" not in str(info.value)
+    with pytest.raises(InsecureCredentials):
+        has_credentials("anthropic", data_root=data_root, project_id="lab")
+
+
+def test_bad_credential_file_says_which(data_root: DataRoot) -> None:
+    path = data_root.project_dir("lab") / "credentials.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    path.chmod(0o600)
+    with pytest.raises(Exception, match="cannot read the credential file"):
+        resolve_api_key("anthropic", data_root=data_root, project_id="lab")
+
+
+@pytest.mark.parametrize(
+    ("provider", "variable"), [("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY")]
+)
+def test_missing_key_names_the_variable(data_root: DataRoot, provider: str, variable: str) -> None:
+    with pytest.raises(MissingCredentials) as info:
+        resolve_api_key(provider, data_root=data_root, project_id="lab")
+    assert variable in str(info.value)
+    assert info.value.variables == (variable,)
+    assert has_credentials(provider, data_root=data_root, project_id="lab") is None
+
+
+def test_missing_key_without_a_project() -> None:
+    with pytest.raises(MissingCredentials, match="ANTHROPIC_API_KEY"):
+        resolve_api_key("anthropic", data_root=None, project_id=None)
+
+
+def test_local_openai_compatible_server_needs_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+    assert resolve_api_key("openai") == NO_KEY_PLACEHOLDER
+    assert has_credentials("openai") == "OPENAI_BASE_URL=http://127.0.0.1:11434/v1 (no key needed)"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
+    assert resolve_api_key("openai") == "sk-real"  # a key that is set is still used
+
+
+def test_explicit_compatible_base_url_needs_no_key() -> None:
+    assert resolve_api_key("openai", base_url="http://gpu-box.lab:8000/v1") == NO_KEY_PLACEHOLDER
+
+
+def test_openai_itself_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://api.openai.com/v1")
+    with pytest.raises(MissingCredentials, match="OPENAI_API_KEY"):
+        resolve_api_key("openai")
+
+
+def test_anthropic_always_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9999")
+    with pytest.raises(MissingCredentials, match="ANTHROPIC_API_KEY"):
+        resolve_api_key("anthropic")
+
+
+def test_base_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_base_url("anthropic") is None
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", " http://127.0.0.1:8080 ")
+    assert resolve_base_url("anthropic") == "http://127.0.0.1:8080"
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    assert resolve_base_url("openai") is None
+
+
+def test_unknown_provider() -> None:
+    with pytest.raises(ValueError, match="known: anthropic, openai"):
+        resolve_api_key("mistral")
+
+
+def test_one_table_of_variables() -> None:
+    assert {p: k.api_key_vars for p, k in PROVIDER_KEYS.items()} == {
+        "anthropic": ("ANTHROPIC_API_KEY",),
+        "openai": ("OPENAI_API_KEY",),
+    }
+    assert {k.base_url_var for k in PROVIDER_KEYS.values()} == {"ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"}
