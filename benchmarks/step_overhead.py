@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/step_overhead.py [--steps N] [--repeats R] [--warmup W]
+    python benchmarks/step_overhead.py [--steps N] [--repeats R] [--warmup W] [--stat median|best]
 
 The peers are benchmark-only dependencies (``pip install '.[bench]'``); a peer that does not import is
 reported as not installed and skipped.
@@ -32,19 +32,22 @@ The runners, all on the OpenAI chat-completions wire and the same SDK (``openai.
   client, with an ``event_stream_handler`` so that its model requests stream too.
 
 Each runner is warmed up, then the runners take turns (round robin, to spread any drift) for R timed
-runs; a runner's time is the median of its runs. One conversation per run; setup (the agent, the
-store, a new conversation) is outside the timed region.
+runs; a runner's time is the median of its runs (``--stat best``: the fastest; noise only ever adds
+time, so best-of-R is steadier on a busy machine, the median closer to what a user sees). One
+conversation per run; setup (the agent, the store, a new conversation) is outside the timed region.
 
 Reading the numbers
 -------------------
-``per-step`` is the median wall time of one N-step run divided by N. The raw loop's per-step time is
-what the fake server's HTTP round trips plus the SDK cost on their own; ``overhead vs raw`` is a
-runner's per-step time minus that, i.e. what its agent machinery adds to each step. Two goals from
-issue 3 are printed: ``neuralis / raw loop`` (per-step wall times; goal <= 1.2x), and ``<= 0.5x the
-fastest peer``, read as the ratio of per-step overhead above the raw loop (ours over the fastest peer's).
-The ratio of per-step wall times to the fastest peer is printed too: against a loopback server it is
-dominated by the shared HTTP floor, so it can never get near 0.5x, and the overhead ratio is the
-meaningful one. Absolute numbers depend on the machine; compare ratios from one run.
+``per-step`` is a runner's wall time for one N-step run (median, or best) divided by N. The raw loop's
+per-step time is the floor: the fake server's round trip plus the SDK's own work (building the request,
+whose parameter transform grows with the history, and parsing the stream), so every per-step time grows
+with N. ``overhead vs raw`` is a runner's per-step time minus the raw loop's: what its agent machinery
+adds to each step. Two goals from issue 3 are printed: ``neuralis / raw loop`` (per-step wall times;
+goal <= 1.2x), and ``<= 0.5x the fastest peer``, read as the ratio of per-step overhead above the raw
+loop (ours over the fastest peer's). The ratio of per-step wall times to the fastest peer is printed
+too; it is dominated by the shared floor and cannot reach 0.5x unless a peer is more than twice as slow
+as the raw loop, so the overhead ratio is the meaningful one. ``min..max`` shows the spread of the runs.
+Absolute numbers depend on the machine; compare ratios from one invocation.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import suppress
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -157,9 +160,12 @@ class ServerProcess:
             raise AssertionError(f"{runner}: " + ", ".join(problems))
 
     def close(self) -> None:
-        self._conn.send(("stop",))
-        self._conn.recv()
+        with suppress(OSError, EOFError):  # the child may be gone already; do not hide the first error
+            self._conn.send(("stop",))
+            self._conn.recv()
         self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.terminate()
 
 
 # -- the runners ---------------------------------------------------------------------------------
@@ -235,7 +241,7 @@ def raw_loop(client: Any) -> Runner:
 def neuralis(base_url: str, home: Path, steps: int) -> Runner:
     from neuralis_jupyter.contracts import SessionContext
     from neuralis_jupyter.providers.openai import OpenAIModel
-    from neuralis_jupyter.runtime import AgentRuntime, Tool, ToolRegistry, TurnRequest
+    from neuralis_jupyter.runtime import AgentRuntime, StaticPrompt, Tool, ToolRegistry, TurnRequest
     from neuralis_jupyter.store import Store
 
     store = Store.open(home)
@@ -276,7 +282,12 @@ def neuralis(base_url: str, home: Path, steps: int) -> Runner:
 
     async def run() -> str:
         request = TurnRequest(
-            session=session, conversation=conversation[0], model=model, tools=tools, message=PROMPT
+            session=session,
+            conversation=conversation[0],
+            model=model,
+            tools=tools,
+            message=PROMPT,
+            prompt=StaticPrompt(text=SYSTEM),  # the same instructions every runner sends
         )
         settled = await runtime.run(request)
         if settled.status != "completed" or settled.steps != steps:
@@ -357,19 +368,19 @@ async def _timed(runner: Runner, server: ServerProcess, expected: str) -> float:
     return elapsed
 
 
-async def measure(args: argparse.Namespace, server: ServerProcess, home: Path) -> tuple[list[Runner], dict]:
+async def measure(
+    args: argparse.Namespace, server: ServerProcess, home: Path
+) -> tuple[list[Runner], dict[str, str]]:
     import openai
 
     skipped: dict[str, str] = {}
-    async with AsyncExitStack() as stack:
-        client = openai.AsyncOpenAI(api_key=API_KEY, base_url=server.base_url, max_retries=0)
-        stack.push_async_callback(client.close)
+    async with openai.AsyncOpenAI(api_key=API_KEY, base_url=server.base_url, max_retries=0) as client:
         runners = [raw_loop(client), neuralis(server.base_url, home, args.steps)]
         for name, build in (("openai-agents", openai_agents), ("pydantic-ai", pydantic_ai)):
             try:
                 runners.append(build(client, args.steps))
             except ImportError as exc:
-                skipped[name] = f"{INSTALL_HINT}: {exc}"
+                skipped[name] = f"{INSTALL_HINT}; missing {exc.name or exc}"
         expected = _expected_text(args.steps)
         for runner in runners:
             for _ in range(args.warmup):
@@ -380,20 +391,33 @@ async def measure(args: argparse.Namespace, server: ServerProcess, home: Path) -
     return runners, skipped
 
 
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for dist in ("openai", "openai-agents", "pydantic-ai-slim"):
+        with suppress(PackageNotFoundError):
+            found.append(f"{dist} {version(dist)}")
+    return ", ".join(found)
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
 
 def report(runners: list[Runner], skipped: dict[str, str], args: argparse.Namespace) -> None:
     n = args.steps
-    per_step = {r.name: statistics.median(r.times) / n for r in runners}
+    pick = statistics.median if args.stat == "median" else min
+    per_step = {r.name: pick(r.times) / n for r in runners}
     spread = {r.name: (min(r.times) / n, max(r.times) / n) for r in runners}
     raw = per_step["raw loop"]
     ours = per_step["neuralis"]
+    calls = f"{n - 1} tool call{'s' * (n != 2)}"
     print(
-        f"{n} steps per conversation ({n - 1} tool calls, then text), median of {args.repeats} runs "
-        f"after {args.warmup} warm-up; python {sys.version.split()[0]}"
+        f"{n} steps per conversation ({calls}, then text), "
+        f"{args.stat} of {args.repeats} runs after {args.warmup} warm-up"
     )
+    print(f"python {sys.version.split()[0]}; {_versions()}")
     print()
     print(f"  {'runner':<15} {'per-step':>10} {'overhead vs raw':>16}   {'min..max per-step':>20}")
     for r in runners:
@@ -428,7 +452,10 @@ def report(runners: list[Runner], skipped: dict[str, str], args: argparse.Namesp
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="model calls per conversation (>= 2)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per runner; the median counts")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per runner")
+    parser.add_argument(
+        "--stat", choices=("median", "best"), default="median", help="which of a runner's runs counts"
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs per runner first")
     args = parser.parse_args(argv)
     if args.steps < 2 or args.repeats < 1 or args.warmup < 0:

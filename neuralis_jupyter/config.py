@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traitlets import Integer, TraitError, Unicode, default, validate
+from traitlets import Dict, Enum, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config, Configurable
 
 __all__ = ["CONFIG_FILE_STEM", "NeuralisSettings", "load_settings"]
@@ -58,6 +58,49 @@ class NeuralisSettings(Configurable):
     default_agent = Unicode(
         "assistant",
         help="The agent a project's users chat with when they name none; provisioned on first use.",
+    ).tag(config=True)
+
+    package_roots = List(
+        Unicode(),
+        help=(
+            "Extra package folders. Each is a package (it holds a neuralis.json) or a folder of packages. "
+            "Their packages load after the builtin agent-core and are at most 'trusted': a claim of "
+            "first-party is clamped. Default: none."
+        ),
+    ).tag(config=True)
+
+    guard = Enum(
+        ["safe", "balanced", "auto"],
+        default_value=None,
+        allow_none=True,
+        help=(
+            "The guard profile every project uses unless its project.json names one: safe asks before "
+            "every write, balanced before code execution, outbound requests and third-party writes, auto "
+            "never asks. None: each project's own setting (balanced by default)."
+        ),
+    ).tag(config=True)
+
+    policy = Dict(
+        help=(
+            "Administrator policy for every project: {'blocklist': [tool globs], 'allowlist': [tool globs] "
+            "or null, 'ceiling_allowlist': ['package/tool' globs]}. Project policy adds to it."
+        ),
+    ).tag(config=True)
+
+    hooks = List(
+        Dict(),
+        help=(
+            "Administrator PreToolUse hooks: [{'source': 'admin'|'managed', 'match': glob, "
+            "'decision': 'allow'|'deny'|'ask', 'reason': text}]. They outrank project and user hooks."
+        ),
+    ).tag(config=True)
+
+    approval_timeout = Integer(
+        600,
+        help=(
+            "Seconds a tool call waits for the user's approval before it stays pending and the turn "
+            "moves on without it."
+        ),
     ).tag(config=True)
 
     @default("data_root")

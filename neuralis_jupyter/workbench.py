@@ -8,21 +8,40 @@ and the stop signal watches both the process and the store. :class:`Workbench` i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 
 from .config import NeuralisSettings, load_settings
 from .contracts.agent_access import can_read_agent
 from .contracts.identity import SessionContext, create_system_session
+from .packages import PackageLoader, PackageSet
+from .policy import (
+    Approver,
+    LiveGuard,
+    PolicyConfig,
+    PolicyEngine,
+    StoreGuard,
+    hooks_from_config,
+    project_session_source,
+)
+from .prompt import AssembledPrompt
 from .providers import build_model
 from .providers.base import Model
 from .providers.catalog import Catalog, load_catalog
 from .providers.credentials import PROVIDER_KEYS, has_credentials
 from .providers.errors import NoModelConfigured
-from .runtime import AgentRuntime, StopSignal, ToolRegistry
+from .runtime import LIVE, AgentRuntime, ExecutionMode, StopSignal, ToolRegistry, TurnRequest
+from .runtime.context import ToolTape
+from .runtime.loop import new_request_id
+from .runtime.results import read_tool_result_tool
 from .store import NotFound, Store
 from .store.agents import AgentRecord
 from .store.conversations import Conversation
+from .store.interactions import GuardOverrideStore
 from .store.projects import DEFAULT_PROJECT_ID, Project, local_user_id
 
 __all__ = ["AgentNotVisible", "ChatTarget", "Workbench"]
@@ -149,6 +168,115 @@ class Workbench:
 
         return StopSignal(poll=requested)
 
+    # -- packages, policy, prompt ----------------------------------------------------------------
+
+    @cached_property
+    def packages(self) -> PackageSet:
+        packages = PackageLoader.from_settings(self.settings).load()
+        packages.bind_handlers("@neuralis/agent-core", {"read_tool_result": read_tool_result_tool().handler})
+        return packages
+
     def tools(self, target: ChatTarget) -> ToolRegistry:
-        """The tools the caller's agent may use (the native tools arrive with their issue)."""
-        return ToolRegistry()
+        """The tools the caller's agent may use: visible, feature-gated, bound to a handler."""
+        return self.packages.tool_registry(target.session)
+
+    def guard_profile(self, target: ChatTarget, explicit: str | None = None) -> str:
+        """Explicit (``--guard``, ``%guard``), else the administrator's, else the project's."""
+        return explicit or self.settings.guard or target.project.guard
+
+    def policy_config(self, target: ChatTarget) -> PolicyConfig:
+        admin = PolicyConfig.from_json(self.settings.policy)
+        project = PolicyConfig.from_json(target.project.policy)
+        allow: tuple[str, ...] | None
+        if admin.allowlist is not None and project.allowlist is not None:
+            allow = tuple(g for g in project.allowlist if g in admin.allowlist)
+        else:
+            allow = admin.allowlist if admin.allowlist is not None else project.allowlist
+        return replace(
+            admin,
+            blocklist=(*admin.blocklist, *project.blocklist),
+            allowlist=allow,
+            # Which third-party tools may pass a trust ceiling is the administrator's call alone.
+            ceiling_allowlist=admin.ceiling_allowlist,
+        )
+
+    def hooks(self, target: ChatTarget) -> list:
+        admin = list(self.settings.hooks)
+        for entry in admin:
+            if entry.get("source") not in ("admin", "managed"):
+                raise ValueError(
+                    f"hooks in c.NeuralisSettings.hooks must have source 'admin' or 'managed', got {entry!r}"
+                )
+        # A project file cannot claim a stronger source than its own.
+        project = [{**h, "source": "project"} for h in target.project.hooks]
+        return hooks_from_config([*admin, *project])
+
+    def policy(
+        self, target: ChatTarget, *, guard: LiveGuard, approver: Approver | None = None
+    ) -> tuple[PolicyEngine, StoreGuard]:
+        """The turn's policy engine and the live guard source it reads at every decision.
+
+        A guard override written to the store (a server route flipping a running turn) wins over
+        ``guard``, the in-process holder the kernel's ``%guard`` sets.
+        """
+        source = StoreGuard(
+            GuardOverrideStore(self.store.engine),
+            project_id=target.session.project_id,
+            conversation_id=target.conversation.id,
+            fallback=guard,
+        )
+        engine = PolicyEngine(
+            self.store,
+            config=self.policy_config(target),
+            guard=source,
+            hooks=self.hooks(target),
+            approver=approver,
+            trust_of=self.packages.trust_of,
+            session_source=project_session_source(self.store.projects),
+            approval_timeout=float(self.settings.approval_timeout),
+        )
+        return engine, source
+
+    def prompt(self, target: ChatTarget, guard: StoreGuard) -> AssembledPrompt:
+        return AssembledPrompt(
+            identity_files=self.store.agents.identity_files(target.session.project_id, target.agent.id),
+            packages=self.packages,
+            guard=guard.current,
+        )
+
+    @contextlib.asynccontextmanager
+    async def turn(
+        self,
+        target: ChatTarget,
+        message: str | None,
+        *,
+        model: Model,
+        guard: LiveGuard | None = None,
+        approver: Approver | None = None,
+        mode: ExecutionMode = LIVE,
+        stop: StopSignal | None = None,
+        tape: ToolTape | None = None,
+    ) -> AsyncIterator[TurnRequest]:
+        """A ready turn. Its stream scope is live while the block runs, so session tickets minted
+        for it verify; leaving the block ends the scope and every ticket with it."""
+        session = target.session.replace(request_id=new_request_id())
+        target = replace(target, session=session)
+        live = guard or LiveGuard(self.guard_profile(target))
+        engine, source = self.policy(target, guard=live, approver=approver)
+        await asyncio.to_thread(self.store.tickets.open_stream, session)
+        try:
+            yield TurnRequest(
+                session=session,
+                conversation=target.conversation,
+                model=model,
+                tools=self.tools(target),
+                message=message,
+                mode=mode,
+                prompt=self.prompt(target, source),
+                permission=engine,
+                policy=engine,
+                stop=stop or self.stop_signal(target),
+                tape=tape,
+            )
+        finally:
+            await asyncio.to_thread(self.store.tickets.end_stream, session.request_id)

@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--agent", help="agent id (default: the project's default agent)")
     p.add_argument("--conversation", help="continue this conversation instead of starting one")
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="e.g. anthropic:claude-sonnet-4-6")
+    p.add_argument(
+        "--guard",
+        choices=("safe", "balanced", "auto"),
+        help="guard profile for this turn (default: the project's, else balanced); nobody can approve "
+        "anything in a headless turn, so a call that would ask is refused",
+    )
     p.add_argument("--json", action="store_true", help="print every event as one JSON line")
     p.set_defaults(func=run)
 
@@ -52,33 +58,31 @@ def run(args: argparse.Namespace) -> int:
         model = bench.model(target, args.model)
     except (ProviderError, StoreError, ValueError) as exc:
         return _fail(str(exc))
-    return asyncio.run(_turn(bench, target, model, message, as_json=args.json))
+    return asyncio.run(_turn(bench, target, model, message, as_json=args.json, guard=args.guard))
 
 
-async def _turn(bench: Any, target: Any, model: Any, message: str, *, as_json: bool) -> int:
-    from ..runtime import TurnRequest, TurnSettled, event_to_json
+async def _turn(
+    bench: Any, target: Any, model: Any, message: str, *, as_json: bool, guard: str | None
+) -> int:
+    from ..policy import LiveGuard
+    from ..runtime import TurnSettled, event_to_json
     from ..runtime.events import TextDelta
 
     stop = bench.stop_signal(target)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set, "interrupted")
-    request = TurnRequest(
-        session=target.session,
-        conversation=target.conversation,
-        model=model,
-        tools=bench.tools(target),
-        message=message,
-        stop=stop,
-    )
     settled: TurnSettled | None = None
+    live = LiveGuard(bench.guard_profile(target, guard))
     try:
-        async for event in bench.runtime.run_turn(request):
-            if as_json:
-                print(json.dumps(event_to_json(event), default=str), flush=True)
-            elif isinstance(event, TextDelta):
-                print(event.text, end="", flush=True)
-            if isinstance(event, TurnSettled):
-                settled = event
+        # No approver: a headless turn refuses what would ask, naming the guard profile.
+        async with bench.turn(target, message, model=model, guard=live, stop=stop) as request:
+            async for event in bench.runtime.run_turn(request):
+                if as_json:
+                    print(json.dumps(event_to_json(event), default=str), flush=True)
+                elif isinstance(event, TextDelta):
+                    print(event.text, end="", flush=True)
+                if isinstance(event, TurnSettled):
+                    settled = event
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     assert settled is not None

@@ -14,6 +14,7 @@ from typing import Literal
 
 __all__ = [
     "ALL",
+    "CONSENT_EFFECTS",
     "EGRESS_EXTERNAL",
     "Authorization",
     "BudgetKind",
@@ -110,9 +111,13 @@ def authorize_tool_invocation(tool: ToolFacts, envelope: Envelope) -> Authorizat
     )
 
 
+#: Effects that make even a declared read a consent question: it sends data out, runs code or destroys.
+CONSENT_EFFECTS: frozenset[str] = frozenset({EGRESS_EXTERNAL, "exec", "destructive"})
+
+
 def effects_require_consent(effects: Iterable[str]) -> bool:
-    """True for effects that need the user's consent even on a read: external egress."""
-    return EGRESS_EXTERNAL in effects
+    """True for effects that need the user's consent even on a read (external egress, exec, destruction)."""
+    return not CONSENT_EFFECTS.isdisjoint(effects)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, cast
 
 __all__ = [
     "IDENTITY_FIELDS",
@@ -31,6 +31,7 @@ __all__ = [
     "DelegateMode",
     "SentinelIdentityError",
     "SessionContext",
+    "SessionDoc",
     "SessionFieldInSchemaError",
     "SpendLimits",
     "SpendRule",
@@ -40,6 +41,8 @@ __all__ = [
     "check_tool_input_schema",
     "create_system_session",
     "is_sentinel",
+    "session_from_dict",
+    "session_to_dict",
 ]
 
 SYSTEM_USER_ID = "__system__"
@@ -264,3 +267,117 @@ def check_tool_input_schema(tool_name: str, schema: Mapping[str, Any]) -> None:
     visit_root(schema)
     if found:
         raise SessionFieldInSchemaError(tool_name, sorted(set(found)))
+
+
+# -- persistence: a session as a JSON-safe dict ------------------------------------------------------
+
+
+class SpendRuleDoc(TypedDict):
+    amount_usd: float
+    period: SpendPeriod
+
+
+class SpendLimitsDoc(TypedDict):
+    project_total: SpendRuleDoc | None
+    by_role: dict[str, SpendRuleDoc]
+    by_user: dict[str, SpendRuleDoc]
+    by_agent: dict[str, SpendRuleDoc]
+
+
+class AgentOwnershipDoc(TypedDict):
+    created_by: str
+    assigned_to: list[str]
+
+
+_COMPOSITE_FIELDS = frozenset({"granted_features", "spend_limits", "agent_ownership", "caller_package_id"})
+
+
+class SessionDoc(TypedDict, total=False):
+    """A session as stored (a stream scope, a pending interaction): snake_case, JSON-safe.
+
+    ``caller_package_id`` is present only for a :class:`CrossPackageSession`. A :class:`SystemSession`
+    has no stored form: an envelope for background work is never persisted.
+    """
+
+    user_id: str
+    project_id: str
+    agent_id: str | None
+    conversation_id: str | None
+    request_id: str | None
+    tool_use_id: str | None
+    delegate_run_id: str | None
+    delegate_mode: DelegateMode | None
+    role: str | None
+    priority: int | None
+    granted_features: list[str] | None
+    spend_limits: SpendLimitsDoc | None
+    llm_rate_limit_rpm: int | None
+    agent_access: AgentAccess | None
+    agent_ownership: dict[str, AgentOwnershipDoc] | None
+    caller_package_id: str
+
+
+_DOC_KEYS = frozenset(SessionDoc.__annotations__)
+#: Fields stored as they are (strings, ints, literals, None).
+_PLAIN_FIELDS = tuple(k for k in SessionDoc.__annotations__ if k not in _COMPOSITE_FIELDS)
+_LIMIT_AXES = ("by_role", "by_user", "by_agent")
+
+
+def _rule_doc(rule: SpendRule) -> SpendRuleDoc:
+    return {"amount_usd": rule.amount_usd, "period": rule.period}
+
+
+def session_to_dict(session: SessionContext) -> SessionDoc:
+    """``session`` as a JSON-safe dict that :func:`session_from_dict` turns back into an equal session.
+
+    A :class:`SystemSession` is refused: system envelopes are process-internal and never persisted.
+    """
+    if isinstance(session, SystemSession):
+        raise TypeError("a SystemSession is a process-internal envelope and is never serialised")
+    doc: dict[str, Any] = {k: getattr(session, k) for k in _PLAIN_FIELDS}
+    granted, limits, owners = session.granted_features, session.spend_limits, session.agent_ownership
+    doc["granted_features"] = None if granted is None else list(granted)
+    doc["spend_limits"] = None
+    if limits is not None:
+        total = limits.project_total
+        doc["spend_limits"] = {"project_total": None if total is None else _rule_doc(total)} | {
+            axis: {k: _rule_doc(v) for k, v in getattr(limits, axis).items()} for axis in _LIMIT_AXES
+        }
+    doc["agent_ownership"] = (
+        None
+        if owners is None
+        else {k: {"created_by": v.created_by, "assigned_to": list(v.assigned_to)} for k, v in owners.items()}
+    )
+    if isinstance(session, CrossPackageSession):
+        doc["caller_package_id"] = session.caller_package_id
+    return cast(SessionDoc, doc)
+
+
+def _rule(value: Mapping[str, Any]) -> SpendRule:
+    return SpendRule(amount_usd=float(value["amount_usd"]), period=value["period"])
+
+
+def session_from_dict(doc: Mapping[str, Any]) -> SessionContext:
+    """The session :func:`session_to_dict` stored; unknown keys (a system envelope's) are refused."""
+    unknown = set(doc) - _DOC_KEYS
+    if unknown:
+        raise ValueError(f"a stored session has unknown field(s) {sorted(unknown)}; it was not written here")
+    if not isinstance(doc.get("user_id"), str) or not isinstance(doc.get("project_id"), str):
+        raise ValueError("a stored session needs string user_id and project_id")
+    values: dict[str, Any] = {k: doc.get(k) for k in _PLAIN_FIELDS}
+    granted, limits, owners = doc.get("granted_features"), doc.get("spend_limits"), doc.get("agent_ownership")
+    values["granted_features"] = None if granted is None else tuple(granted)
+    if limits is not None:
+        total = limits.get("project_total")
+        values["spend_limits"] = SpendLimits(
+            project_total=None if total is None else _rule(total),
+            **{axis: {k: _rule(v) for k, v in limits[axis].items()} for axis in _LIMIT_AXES},
+        )
+    if owners is not None:
+        values["agent_ownership"] = {
+            k: AgentOwnership(created_by=v["created_by"], assigned_to=tuple(v["assigned_to"]))
+            for k, v in owners.items()
+        }
+    if "caller_package_id" in doc:
+        return CrossPackageSession(caller_package_id=doc["caller_package_id"], **values)
+    return SessionContext(**values)

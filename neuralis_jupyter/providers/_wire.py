@@ -38,5 +38,17 @@ def parse_tool_input(
 
 
 def plain(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain dict copy, so SDK serialisers never see our Mapping subclasses."""
-    return json.loads(json.dumps(value))
+    """``value`` as plain JSON data, so SDK serialisers never see our Mapping subclasses.
+
+    A plain ``dict`` is returned as it is (the SDKs do not mutate request bodies); only other
+    mappings are copied.
+    """
+    if type(value) is dict:
+        return value
+    return json.loads(json.dumps(value, default=_mapping))
+
+
+def _mapping(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON data")

@@ -14,10 +14,8 @@ Response: text deltas are passed on at once; a tool_use block's ``input_json_del
 buffered until its ``content_block_stop``; usage is ``message_start.usage`` updated by the cumulative
 ``message_delta.usage`` and reported once, just before the stop reason.
 
-An SDK client (and its HTTP connection pool) lives for one ``stream()`` call, inside ``async with``:
-the runtime may call from several event loops (a kernel, the server, ``asyncio.run`` in tests), and a
-pool bound to a finished loop can neither be reused nor closed. That costs a new connection per call
-(about 4 ms against loopback; a TLS handshake against the API), small beside a model's latency.
+SDK clients (and their connection pools) are shared per event loop and per settings, and closed when
+their loop shuts down (see :mod:`._clients`): a step reuses the previous step's connection.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
+from ._clients import loop_client
 from ._wire import parse_tool_input, plain
 from .base import (
     Message,
@@ -289,6 +288,10 @@ class AnthropicModel:
     def __repr__(self) -> str:
         return f"AnthropicModel({self.api_model_id!r}, base_url={self.base_url!r})"
 
+    @property
+    def _client_key(self) -> tuple[object, ...]:
+        return (PROVIDER, self._api_key, self.base_url, self.max_retries, self.timeout)
+
     def _client(self) -> anthropic.AsyncAnthropic:
         import anthropic  # a second of import time: paid on the first model call, not at kernel start
 
@@ -309,12 +312,12 @@ class AnthropicModel:
         params = to_wire(request, self.api_model_id)
         parser = _Parser()
         try:
-            async with self._client() as client:
-                events = await client.messages.create(**params, stream=True)
-                async with events:
-                    async for event in events:
-                        if (out := parser.feed(event)) is not None:
-                            yield out
+            client = await loop_client(self._client_key, self._client)
+            events = await client.messages.create(**params, stream=True)
+            async with events:
+                async for event in events:
+                    if (out := parser.feed(event)) is not None:
+                        yield out
         # A connection lost mid-stream surfaces from httpx2 directly: the SDK only wraps errors of the
         # request itself.
         except (anthropic.APIError, httpx2.TransportError) as exc:

@@ -12,7 +12,7 @@ Response: content deltas are passed on at once; tool-call deltas are accumulated
 first, then argument fragments) and reported when the stream ends, in index order. OpenAI's
 ``prompt_tokens`` includes cached tokens; ours does not, so ``input_tokens = prompt_tokens - cached``.
 
-As for Anthropic, the SDK client lives for one ``stream()`` call (see that module's docstring).
+As for Anthropic, SDK clients are shared per event loop (see :mod:`._clients`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
+from ._clients import loop_client
 from ._wire import parse_tool_input, plain
 from .base import (
     Message,
@@ -94,7 +95,7 @@ def _message(message: Message) -> list[WireMessage]:
             {
                 "id": b["id"],
                 "type": "function",
-                "function": {"name": b["name"], "arguments": json.dumps(plain(b["input"]))},
+                "function": {"name": b["name"], "arguments": json.dumps(b["input"], default=dict)},
             }
             for b in blocks
             if b.get("type") == "tool_use"
@@ -267,6 +268,10 @@ class OpenAIModel:
     def __repr__(self) -> str:
         return f"OpenAIModel({self.api_model_id!r}, base_url={self.base_url!r})"
 
+    @property
+    def _client_key(self) -> tuple[object, ...]:
+        return (PROVIDER, self._api_key, self.base_url, self.max_retries, self.timeout)
+
     def _client(self) -> openai.AsyncOpenAI:
         import openai  # a second of import time: paid on the first model call, not at kernel start
 
@@ -287,12 +292,12 @@ class OpenAIModel:
         params = to_wire(request, self.api_model_id, base_url=base_url)
         parser = _Parser()
         try:
-            async with self._client() as client:
-                chunks = await client.chat.completions.create(**params, stream=True)
-                async with chunks:
-                    async for chunk in chunks:
-                        for event in parser.feed(chunk):
-                            yield event
+            client = await loop_client(self._client_key, self._client)
+            chunks = await client.chat.completions.create(**params, stream=True)
+            async with chunks:
+                async for chunk in chunks:
+                    for event in parser.feed(chunk):
+                        yield event
         # A connection lost mid-stream surfaces from httpx2 directly.
         except (openai.OpenAIError, httpx2.TransportError) as exc:
             raise _failure(exc, base_url) from exc

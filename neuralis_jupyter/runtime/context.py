@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -51,7 +51,7 @@ class PromptBuilder(Protocol):
         """The system prompt's byte-stable part, built once per turn."""
         ...
 
-    def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
+    async def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
         """The per-step session block."""
         ...
 
@@ -63,49 +63,78 @@ class StaticPrompt:
     def static(self, session: SessionContext) -> str:
         return self.text
 
-    def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
+    async def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
         return f"<session>\nSteps: {step}/{max_steps if max_steps is not None else '∞'}\n</session>"
 
 
 class StopSignal:
     """A stop for one turn: set in-process, or found by ``poll`` (a flag in the store, so a server
     route can stop a turn running in a kernel). ``poll`` is blocking I/O: it runs in a worker thread,
-    at most every ``poll_interval`` seconds."""
+    every ``poll_interval`` seconds while the turn runs. Setting the stop cancels the work registered
+    with :meth:`guard` (a streaming model call, the running tools)."""
 
     def __init__(self, poll: Callable[[], bool] | None = None, *, poll_interval: float = 0.25) -> None:
         self._event = asyncio.Event()
         self._poll = poll
         self._interval = poll_interval
-        self._last = 0.0
+        self._guarded: set[asyncio.Task[Any]] = set()
+        self._stopped: set[asyncio.Task[Any]] = set()
         self.reason: str | None = None
 
     def set(self, reason: str = "stopped") -> None:
         self.reason = self.reason or reason
         self._event.set()
+        for task in list(self._guarded):
+            if task not in self._stopped:
+                self._stopped.add(task)
+                task.cancel()
 
     def is_set(self) -> bool:
-        """Whether a stop has been seen; never polls."""
         return self._event.is_set()
 
-    async def check(self, *, force_poll: bool = False) -> bool:
-        """Whether the turn must stop, polling the store when the interval has passed."""
+    async def check(self) -> bool:
+        """Whether the turn must stop, polling the store once if there is one."""
         if self._event.is_set():
             return True
-        now = time.monotonic()
-        if self._poll is not None and (force_poll or now - self._last >= self._interval):
-            self._last = now
-            if await asyncio.to_thread(self._poll):
-                self.set("stop requested")
-                return True
+        if self._poll is not None and await asyncio.to_thread(self._poll):
+            self.set("stop requested")
+            return True
         return False
 
     async def wait(self) -> None:
         await self._event.wait()
 
-    @property
-    def poll_interval(self) -> float | None:
-        """How often a waiter should call :meth:`check`; ``None`` when nothing is polled."""
-        return self._interval if self._poll is not None else None
+    async def watch(self) -> None:
+        """Poll until a stop is found; the turn runs this as one background task."""
+        if self._poll is None:
+            return
+        while not await self.check():
+            # Wakes at once on an in-process stop; otherwise polls again after the interval.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout=self._interval)
+
+    async def guard(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run ``work`` in the current task; True when a stop cancelled it, False when it finished.
+
+        Like ``asyncio.timeout``: a stop cancels the current task, and the cancellation is taken back
+        here (``uncancel``) unless someone else cancelled the task too.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        if self._event.is_set():
+            work.close()
+            return True
+        self._guarded.add(task)
+        try:
+            await work
+            return False
+        except asyncio.CancelledError:
+            if task in self._stopped and task.uncancel() == 0:
+                return True
+            raise
+        finally:
+            self._guarded.discard(task)
+            self._stopped.discard(task)
 
 
 class ToolTape(Protocol):

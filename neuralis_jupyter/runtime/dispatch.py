@@ -20,23 +20,24 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema
-
 from ..contracts import refusals
 from ..contracts.envelope import authorize_tool_invocation, effects_require_consent
 from ..providers.base import ToolUseEvent
 from .context import ToolContext
 from .events import PermissionRequested, PermissionResolved, ShadowIntent, ToolCallFinished, ToolCallStarted
 from .permission import DenyAll, PermissionRequest
+from .results import BoundedResult
 from .tools import Tool, ToolOutput
 
 __all__ = ["run_tool_call"]
 
 log = logging.getLogger(__name__)
-_validators: dict[int, jsonschema.protocols.Validator] = {}
+_validators: dict[int, Any] = {}
 
 
 def _validate(tool: Tool, value: Mapping[str, Any]) -> str | None:
+    import jsonschema  # lazily: it costs the kernel's start-up most of a second
+
     validator = _validators.get(id(tool.input_schema))
     if validator is None:
         cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
@@ -65,9 +66,7 @@ async def _decide(call: ToolUseEvent, tool: Tool | None, ctx: ToolContext) -> To
     if not auth.allowed:
         return _refused(refusals.envelope_refusal(tool.name, auth.reason or "it is outside scope"), "refused")
     if req.policy is not None:
-        decision = await req.policy.check(
-            tool_name=tool.name, package_id=tool.package_id, input=call.input, session=ctx.session
-        )
+        decision = await req.policy.check(tool=tool, input=call.input, session=ctx.session)
         if not decision.allowed:
             if decision.generic:
                 return _refused(refusals.tool_not_available(call.name), "unavailable")
@@ -76,6 +75,8 @@ async def _decide(call: ToolUseEvent, tool: Tool | None, ctx: ToolContext) -> To
             )
     if req.mode.kind == "shadow" and not (tool.intrinsic or (tool.attested and tool.access == "read")):
         ctx.emit(ShadowIntent(tool_use_id=call.id, name=tool.name, input=call.input, access=tool.access))
+        if req.policy is not None:
+            await req.policy.record_shadow(tool=tool, input=call.input, session=ctx.session)
         await asyncio.to_thread(
             req.conversation.append,
             {
@@ -87,7 +88,8 @@ async def _decide(call: ToolUseEvent, tool: Tool | None, ctx: ToolContext) -> To
             },
         )
         return _refused(refusals.shadow_denied(tool.name), "shadow_denied")
-    if tool.access == "write" or effects_require_consent(tool.effects):
+    # Intrinsic tools are the agent's own cognition (its todos, its paging): never a consent question.
+    if not tool.intrinsic and (tool.access == "write" or effects_require_consent(tool.effects)):
         hook = req.permission or DenyAll()
         preq = PermissionRequest(
             session=ctx.session,
@@ -98,6 +100,7 @@ async def _decide(call: ToolUseEvent, tool: Tool | None, ctx: ToolContext) -> To
             effects=tool.effects,
             package_id=tool.package_id,
             step=ctx.step,
+            tool=tool,
         )
         ctx.emit(
             PermissionRequested(
@@ -160,7 +163,10 @@ async def run_tool_call(call: ToolUseEvent, ctx: ToolContext) -> dict[str, Any]:
     if out is None:
         assert tool is not None
         out = await _execute(call, tool, ctx)
-    bounded = await asyncio.to_thread(ctx.results.bound, call.id, out.content)
+    if ctx.results.fits(out.content):
+        bounded = BoundedResult(content=out.content)  # nothing to offload: no file I/O, no thread hop
+    else:
+        bounded = await asyncio.to_thread(ctx.results.bound, call.id, out.content)
     block: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": call.id,

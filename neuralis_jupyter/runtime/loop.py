@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..contracts import refusals
 from ..contracts.envelope import BudgetUse, budget_exhausted
 from ..contracts.identity import assert_not_sentinel
 from ..providers.base import ModelRequest, StopEvent, TextDelta, ToolUseEvent, UsageEvent
@@ -34,7 +35,7 @@ from .handoff import publish_handoff
 from .limits import RateLimiter, SpendGuard
 from .meter import TurnMeter, utcnow
 from .results import ResultStore, read_tool_result_tool
-from .transcript import ToolRowWriter, history_messages
+from .transcript import ToolRowWriter, TurnTranscript, history_messages
 
 __all__ = ["AgentRuntime"]
 
@@ -115,163 +116,142 @@ class AgentRuntime:
         if "read_tool_result" not in tools:
             tools = tools.with_intrinsic([read_tool_result_tool()])
         req = _replace(req, session=session, stop=stop, tools=tools)
-        meter = TurnMeter(session=session, catalog=self.catalog, usage=self.store.usage, started=utcnow())
-        results = ResultStore(conv.path)
-        budgets = req.envelope.budgets
-        max_steps = min(budgets.max_steps or self.max_steps, self.max_steps)
-        turn_state: dict[str, Any] = {}
-        user_seq = 0
-        if req.message is not None:
-            user_seq = await asyncio.to_thread(
-                conv.append,
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": req.message}],
-                    "user_id": session.user_id,
-                    "request_id": session.request_id,
-                },
-            )
-        emit(
-            TurnStarted(
-                request_id=session.request_id or "",
-                conversation_id=conv.id,
-                agent_id=session.agent_id,
-                model=f"{req.model.provider}:{req.model.model_id}",
-                user_seq=user_seq,
-            )
+        turn = _Turn(
+            req=req,
+            emit=emit,
+            transcript=TurnTranscript(conv),
+            meter=TurnMeter(session=session, catalog=self.catalog, usage=self.store.usage, started=utcnow()),
+            results=ResultStore(conv.path),
+            max_steps=min(req.envelope.budgets.max_steps or self.max_steps, self.max_steps),
+            started=started,
         )
-        static = req.prompt.static(session)  # byte-stable across the turn's steps
-        step = 0
-        last_text = ""
-
-        def settle(status: str, **extra: Any) -> None:
-            parts = meter.partitions
-            emit(
-                TurnSettled(
-                    status=status,  # type: ignore[arg-type]
-                    text=last_text,
-                    steps=step,
-                    input_tokens=sum(
-                        p.input_tokens + p.cache_read_tokens + p.cache_write_tokens for p in parts
-                    ),
-                    output_tokens=sum(p.output_tokens for p in parts),
-                    cost_usd=meter.total_usd,
-                    duration_ms=int((time.monotonic() - started) * 1000),
-                    usage=tuple(p.as_event() for p in parts),
-                    **extra,
-                )
-            )
-
+        watcher = asyncio.create_task(stop.watch())
         try:
-            while True:
-                if await stop.check(force_poll=True):
-                    await self._note(conv, "stopped", stop.reason or "stopped", step)
-                    settle("stopped", reason=stop.reason)
-                    return
-                used = BudgetUse(steps=step, tokens=meter.total_tokens, usd=meter.total_usd)
-                exhausted = budget_exhausted(_replace(budgets, max_steps=max_steps), used)
-                if exhausted:
-                    fate = await publish_handoff(
-                        conv,
-                        publisher=req.handoff,
-                        session=session,
-                        budget=exhausted,
-                        used=used,
-                        text=last_text,
-                    )
-                    settle(
-                        "suspended", budget=exhausted, handoff=fate, reason=f"the {exhausted} budget ran out"
-                    )
-                    return
-                # The running turn's own spend is already in the store: the meter writes it after each step.
-                await asyncio.to_thread(self.spend_guard.check, session)
-                await self.rate_limiter.acquire(
-                    session, on_wait=lambda d, rpm: emit(RateLimited(wait_seconds=d, limit_rpm=rpm))
-                )
-                step += 1
-                emit(StepStarted(step=step, max_steps=max_steps))
-                rows = await asyncio.to_thread(conv.read_all)
-                if req.history is not None:
-                    rows = req.history(rows)
-                model_request = ModelRequest(
-                    model=req.model.model_id,
-                    system=static,
-                    system_dynamic=req.prompt.dynamic(session, step=step, max_steps=max_steps),
-                    messages=tuple(history_messages(rows)),
-                    tools=tools.specs(),
-                    max_tokens=req.max_tokens,
-                    temperature=req.temperature,
-                )
-                call_started = time.monotonic()
-                result = await self._stream(req, model_request, step, emit, stop)
-                if result.usage is not None:
-                    await asyncio.to_thread(
-                        meter.add,
-                        req.model.provider,
-                        req.model.model_id,
-                        result.usage,
-                        duration_ms=int((time.monotonic() - call_started) * 1000),
-                    )
-                    emit(meter.partitions[-1].as_event())
-                text = "".join(result.text)
-                content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-                content += [
-                    {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.input)}
-                    for c in result.calls
-                ]
-                if content or result.stopped:
-                    row: dict[str, Any] = {
-                        "role": "assistant",
-                        "content": content,
-                        "model": f"{req.model.provider}:{req.model.model_id}",
-                        "step": step,
-                        "request_id": session.request_id,
-                    }
-                    if result.stopped:
-                        row["stopped"] = True
-                    elif result.stop is not None:
-                        row["stop_reason"] = result.stop.reason
-                    await asyncio.to_thread(conv.append, row)
-                if text:
-                    last_text = text
-                if result.stopped:
-                    await self._note(conv, "stopped", stop.reason or "stopped", step)
-                    settle("stopped", reason=stop.reason)
-                    return
-                if not result.calls:
-                    settle("completed")
-                    return
-                await self._run_tools(req, result.calls, step, emit, stop, results, turn_state)
+            await self._turn(turn)
         except TurnRefused as exc:
-            await self._note(conv, "refused", str(exc), step)
-            settle("refused", reason=str(exc))
+            await turn.note("refused", str(exc))
+            turn.settle("refused", reason=str(exc))
         except CassetteMismatch:
             raise
         except ProviderError as exc:
             log.warning("turn %s failed: %s", session.request_id, exc)
-            await self._note(conv, "failed", str(exc), step)
-            settle("failed", reason=str(exc))
+            await turn.note("failed", str(exc))
+            turn.settle("failed", reason=str(exc))
         finally:
+            watcher.cancel()
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(meter.finish, duration_ms=int((time.monotonic() - started) * 1000))
+                await turn.meter.finish(duration_ms=turn.elapsed_ms())
 
-    async def _note(self, conv: Any, kind: str, text: str, step: int) -> None:
-        await asyncio.to_thread(
-            conv.append, {"role": "event", "step": step, "content": [{"type": kind, "text": text}]}
+    async def _turn(self, turn: _Turn) -> None:
+        req, session, stop = turn.req, turn.req.session, turn.stop
+        if req.message is not None:
+            user_row = {
+                "role": "user",
+                "content": [{"type": "text", "text": req.message}],
+                "user_id": session.user_id,
+                "request_id": session.request_id,
+            }
+            turn.user_seq = await asyncio.to_thread(req.conversation.append, user_row)
+        await turn.transcript.load()
+        turn.emit(
+            TurnStarted(
+                request_id=session.request_id or "",
+                conversation_id=req.conversation.id,
+                agent_id=session.agent_id,
+                model=turn.model_ref,
+                user_seq=turn.user_seq,
+            )
         )
+        static = req.prompt.static(session)  # byte-stable across the turn's steps
+        budgets = _replace(req.envelope.budgets, max_steps=turn.max_steps)
+        checks_spend = bool(self.spend_guard.rules(session))
+        while True:
+            if await stop.check():
+                await turn.note("stopped", stop.reason or "stopped")
+                turn.settle("stopped", reason=stop.reason)
+                return
+            used = BudgetUse(steps=turn.step, tokens=turn.meter.total_tokens, usd=turn.meter.total_usd)
+            exhausted = budget_exhausted(budgets, used)
+            if exhausted:
+                fate = await publish_handoff(
+                    req.conversation,
+                    publisher=req.handoff,
+                    session=session,
+                    budget=exhausted,
+                    used=used,
+                    text=turn.last_text,
+                )
+                turn.settle(
+                    "suspended", budget=exhausted, handoff=fate, reason=f"the {exhausted} budget ran out"
+                )
+                return
+            if checks_spend:
+                await turn.meter.flush()  # the turn's own spend must be in the store the check reads
+                await asyncio.to_thread(self.spend_guard.check, session)
+            await self.rate_limiter.acquire(
+                session, on_wait=lambda d, rpm: turn.emit(RateLimited(wait_seconds=d, limit_rpm=rpm))
+            )
+            turn.step += 1
+            turn.emit(StepStarted(step=turn.step, max_steps=turn.max_steps))
+            rows = turn.transcript.rows()
+            if req.history is not None:
+                rows = req.history(rows)
+            model_request = ModelRequest(
+                model=req.model.model_id,
+                system=static,
+                system_dynamic=await req.prompt.dynamic(session, step=turn.step, max_steps=turn.max_steps),
+                messages=tuple(history_messages(rows)),
+                tools=req.tools.specs(),
+                max_tokens=req.max_tokens,
+                temperature=req.temperature,
+            )
+            call_started = time.monotonic()
+            result = await self._stream(turn, model_request)
+            await self._record_step(turn, result, duration_ms=int((time.monotonic() - call_started) * 1000))
+            if result.stopped:
+                await turn.note("stopped", stop.reason or "stopped")
+                turn.settle("stopped", reason=stop.reason)
+                return
+            if not result.calls:
+                turn.settle("completed")
+                return
+            await self._run_tools(turn, result.calls)
 
-    async def _stream(
-        self,
-        req: TurnRequest,
-        model_request: ModelRequest,
-        step: int,
-        emit: Callable[[RuntimeEvent], None],
-        stop: StopSignal,
-    ) -> _Step:
+    async def _record_step(self, turn: _Turn, result: _Step, *, duration_ms: int) -> None:
+        """Persist the assistant row and price the step (its usage row is written behind the loop)."""
+        req = turn.req
+        text = "".join(result.text)
+        if text:
+            turn.last_text = text
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.input)} for c in result.calls
+        ]
+        if result.usage is not None:
+            turn.meter.add(req.model.provider, req.model.model_id, result.usage, duration_ms=duration_ms)
+            turn.meter.persist_behind()
+        if content or result.stopped:
+            row: dict[str, Any] = {
+                "role": "assistant",
+                "content": content,
+                "model": turn.model_ref,
+                "step": turn.step,
+                "request_id": req.session.request_id,
+            }
+            if result.stopped:
+                row["stopped"] = True
+            elif result.stop is not None:
+                row["stop_reason"] = result.stop.reason
+            await turn.transcript.append(row)
+        if result.usage is not None:
+            turn.emit(turn.meter.partitions[-1].as_event())
+
+    async def _stream(self, turn: _Turn, model_request: ModelRequest) -> _Step:
         acc = _Step()
+        emit, step = turn.emit, turn.step
 
         async def consume() -> None:
-            async for event in req.model.stream(model_request):
+            async for event in turn.req.model.stream(model_request):
                 if isinstance(event, TextDelta):
                     acc.text.append(event.text)
                     emit(TextEvent(text=event.text, step=step))
@@ -282,24 +262,19 @@ class AgentRuntime:
                 elif isinstance(event, StopEvent):
                     acc.stop = event
 
-        if await _race(consume(), stop):
+        if await turn.stop.guard(consume()):
             acc.stopped = True
             acc.calls.clear()  # a half-streamed call is not a call
         return acc
 
-    async def _run_tools(
-        self,
-        req: TurnRequest,
-        calls: list[ToolUseEvent],
-        step: int,
-        emit: Callable[[RuntimeEvent], None],
-        stop: StopSignal,
-        results: ResultStore,
-        turn_state: dict[str, Any],
-    ) -> None:
+    async def _run_tools(self, turn: _Turn, calls: list[ToolUseEvent]) -> None:
         """Run one step's calls concurrently; their results share one transcript row."""
+        req = turn.req
         writer = ToolRowWriter(
-            req.conversation, step=step, request_id=req.session.request_id or "", order=[c.id for c in calls]
+            turn.transcript,
+            step=turn.step,
+            request_id=req.session.request_id or "",
+            order=[c.id for c in calls],
         )
         done: set[str] = set()
 
@@ -308,11 +283,11 @@ class AgentRuntime:
                 session=req.session.replace(tool_use_id=call.id),
                 request=req,
                 runtime=self,
-                results=results,
-                step=step,
-                emit=emit,
-                stop=stop,
-                turn_state=turn_state,
+                results=turn.results,
+                step=turn.step,
+                emit=turn.emit,
+                stop=turn.stop,
+                turn_state=turn.state,
             )
             block = await run_tool_call(call, ctx)
             await writer.add(block)
@@ -323,9 +298,7 @@ class AgentRuntime:
                 for call in calls:
                     group.create_task(one(call))
 
-        if await _race(all_calls(), stop):
-            from ..contracts import refusals
-
+        if await turn.stop.guard(all_calls()):
             for call in calls:
                 if call.id not in done:
                     await writer.add(
@@ -340,30 +313,53 @@ class AgentRuntime:
                     )
 
 
-async def _race(work: Any, stop: StopSignal) -> bool:
-    """Run ``work`` until it ends or a stop arrives; True when the stop won (``work`` is cancelled).
+@dataclass(kw_only=True)
+class _Turn:
+    """One turn's state; lives exactly as long as the turn."""
 
-    An in-process stop wakes the race at once; a stop flag in the store is polled every
-    ``stop.poll_interval`` seconds.
-    """
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(stop.wait())
-    try:
-        while True:
-            done, _ = await asyncio.wait(
-                {task, waiter}, timeout=stop.poll_interval, return_when=asyncio.FIRST_COMPLETED
+    req: TurnRequest
+    emit: Callable[[RuntimeEvent], None]
+    transcript: TurnTranscript
+    meter: TurnMeter
+    results: ResultStore
+    max_steps: int
+    started: float
+    step: int = 0
+    user_seq: int = 0
+    last_text: str = ""
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop(self) -> StopSignal:
+        assert self.req.stop is not None
+        return self.req.stop
+
+    @property
+    def model_ref(self) -> str:
+        return f"{self.req.model.provider}:{self.req.model.model_id}"
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    async def note(self, kind: str, text: str) -> None:
+        row = {"role": "event", "step": self.step, "content": [{"type": kind, "text": text}]}
+        await asyncio.to_thread(self.req.conversation.append, row)
+
+    def settle(self, status: str, **extra: Any) -> None:
+        parts = self.meter.partitions
+        self.emit(
+            TurnSettled(
+                status=status,  # type: ignore[arg-type]
+                text=self.last_text,
+                steps=self.step,
+                input_tokens=sum(p.input_tokens + p.cache_read_tokens + p.cache_write_tokens for p in parts),
+                output_tokens=sum(p.output_tokens for p in parts),
+                cost_usd=self.meter.total_usd,
+                duration_ms=self.elapsed_ms(),
+                usage=tuple(p.as_event() for p in parts),
+                **extra,
             )
-            if task in done:
-                task.result()
-                return False
-            if waiter in done or await stop.check():
-                return True
-    finally:
-        for t in (task, waiter):
-            if not t.done():
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+        )
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

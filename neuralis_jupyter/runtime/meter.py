@@ -1,12 +1,17 @@
 """Token and dollar accounting of one turn, one pricing partition per model.
 
 A turn that spans two models (a sub-agent on another model, a model switch) is two usage events that
-share the turn's request id. Each partition's row is written as soon as its first step is priced and
-updated after every later step, so a crash loses at most the step in flight.
+share the turn's request id. Each partition's row is written as soon as its first step is priced, then
+updated at most every ``write_interval`` seconds while the turn runs (a real model call takes longer than
+that, so in practice after every step), and finally when the turn ends: a crash loses at most that
+interval's steps. The writes run behind the loop, in order, while the next model call is in flight;
+:meth:`TurnMeter.flush` waits for them (before a spend check reads the store, and when the turn ends).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -52,6 +57,7 @@ class TurnMeter:
         catalog: Catalog,
         usage: UsageStore | None,
         started: datetime,
+        write_interval: float = 1.0,
     ) -> None:
         self._session = session
         self._catalog = catalog
@@ -59,6 +65,10 @@ class TurnMeter:
         self._started = started
         self._parts: dict[tuple[str, str], Partition] = {}
         self._row_ids: dict[tuple[str, str], int] = {}
+        self._writing: asyncio.Future[None] | None = None
+        self._write_interval = write_interval
+        self._last_write = 0.0
+        self._pending: dict[tuple[str, str], int] = {}
 
     @property
     def partitions(self) -> tuple[Partition, ...]:
@@ -76,7 +86,7 @@ class TurnMeter:
         )
 
     def add(self, provider: str, model: str, usage: ModelUsage, *, duration_ms: int) -> Partition:
-        """Price one model call and persist the partition's running total."""
+        """Price one model call; :meth:`persist_behind` writes it."""
         entry = self._catalog.lookup(provider, model, allow_unpriced=True)
         key = (provider, model)
         part = self._parts.get(key) or Partition(provider=provider, model=model)
@@ -99,8 +109,39 @@ class TurnMeter:
             ),
         )
         self._parts[key] = part
-        self._persist(key, part, duration_ms)
+        self._pending[key] = duration_ms
         return part
+
+    def persist_behind(self, *, force: bool = False) -> None:
+        """Write every partition priced since the last write, behind the loop and in order.
+
+        A partition's first row is written at once; later updates wait for ``write_interval``.
+        """
+        if self._usage is None or not self._pending:
+            self._pending.clear()
+            return
+        now = time.monotonic()
+        fresh = any(key not in self._row_ids for key in self._pending)
+        if not (force or fresh or now - self._last_write >= self._write_interval):
+            return
+        self._last_write = now
+        pending = dict(self._pending)
+        self._pending.clear()
+        previous = self._writing
+
+        async def write() -> None:
+            if previous is not None:
+                await previous
+            for key, duration_ms in pending.items():
+                await asyncio.to_thread(self._persist, key, self._parts[key], duration_ms)
+
+        self._writing = asyncio.ensure_future(write())
+
+    async def flush(self) -> None:
+        """Wait until every priced step is in the store."""
+        self.persist_behind(force=True)
+        if self._writing is not None:
+            await self._writing
 
     def _persist(self, key: tuple[str, str], part: Partition, duration_ms: int) -> None:
         if self._usage is None:
@@ -130,10 +171,11 @@ class TurnMeter:
         else:
             self._usage.update(row_id, event)
 
-    def finish(self, *, duration_ms: int) -> None:
-        """Stamp the turn's duration on every partition."""
-        for key, part in self._parts.items():
-            self._persist(key, part, duration_ms)
+    async def finish(self, *, duration_ms: int) -> None:
+        """Wait for pending writes, then stamp the turn's duration on every partition."""
+        for key in self._parts:
+            self._pending[key] = duration_ms
+        await self.flush()
 
 
 def utcnow() -> datetime:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..contracts.identity import SessionContext
+
+if TYPE_CHECKING:
+    from .tools import Tool
 
 __all__ = [
     "DenyAll",
@@ -33,6 +36,8 @@ class PermissionRequest:
     effects: frozenset[str]
     package_id: str
     step: int
+    #: The declared tool itself, for policies that re-check its requirements on approval.
+    tool: Tool | None = None
 
     @property
     def is_read_only(self) -> bool:
@@ -79,5 +84,5 @@ class ToolPolicy(Protocol):
     """Consulted on EVERY call after the envelope; may only deny (asking is the permission hook's)."""
 
     async def check(
-        self, *, tool_name: str, package_id: str, input: Mapping[str, Any], session: SessionContext
+        self, *, tool: Tool, input: Mapping[str, Any], session: SessionContext
     ) -> PolicyDecision: ...

@@ -48,8 +48,12 @@ class ResultStore:
             raise ValueError(f"{tool_use_id!r} is not a tool result id")
         return self.dir / f"{tool_use_id}.txt"
 
+    def fits(self, content: str) -> bool:
+        """Whether ``content`` is under the cap (UTF-8 takes at most 4 bytes a character)."""
+        return len(content) * 4 <= self.cap_bytes or len(content.encode("utf-8")) <= self.cap_bytes
+
     def bound(self, tool_use_id: str, content: str) -> BoundedResult:
-        if len(content.encode("utf-8")) <= self.cap_bytes:
+        if self.fits(content):
             return BoundedResult(content=content)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._path(tool_use_id).write_text(content, encoding="utf-8")

@@ -53,7 +53,7 @@ class Tool:
     deterministic: bool = True
     requires: Requires | None = None
     #: The package that contributed the tool (for the policy engine's trust ceiling).
-    package_id: str = "agent-core"
+    package_id: str = "@neuralis/agent-core"
     #: Never handed to a sub-agent (e.g. ask_question: a child has nobody to ask).
     barred_from_subagents: bool = False
 
@@ -112,5 +112,6 @@ class ToolRegistry:
         return ToolRegistry.of([*self._tools.values(), *other])
 
     def with_intrinsic(self, tools: Iterable[Tool]) -> ToolRegistry:
-        """Merge the runtime's cognition tools, marked intrinsic here and only here."""
+        """Merge the runtime's own cognition tools, marked intrinsic. (A first-party package's tools
+        arrive already marked; the loader refuses ``intrinsic`` from any other package.)"""
         return self.merge(replace(t, intrinsic=True) for t in tools)

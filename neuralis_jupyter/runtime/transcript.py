@@ -17,7 +17,7 @@ from ..contracts import refusals
 from ..providers.base import Message, ToolResultBlock
 from ..store.conversations import Conversation, Row
 
-__all__ = ["HistoryTransform", "ToolRowWriter", "history_messages"]
+__all__ = ["HistoryTransform", "ToolRowWriter", "TurnTranscript", "history_messages"]
 
 #: A hook that rewrites rows before they become messages (compaction re-applies itself here).
 HistoryTransform = Callable[[list[Row]], list[Row]]
@@ -97,11 +97,51 @@ def _missing(tool_use_id: str, name: str) -> ToolResultBlock:
     }
 
 
+class TurnTranscript:
+    """The conversation as one turn sees it: read once when the turn starts, then kept in memory as
+    the turn writes its own rows (so a step costs no file read). Rows other processes append while the
+    turn runs are seen by the next turn.
+
+    A row is appended inline when the conversation's lock is free (a few tens of microseconds of local
+    file I/O, cheaper than a thread hop) and from a worker thread when another writer holds it, so the
+    event loop never waits on another process.
+    """
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self._rows: dict[int, Row] = {}
+
+    async def load(self) -> None:
+        rows = await asyncio.to_thread(self.conversation.read_all)
+        self._rows = {r["seq"]: r for r in rows}
+
+    def rows(self) -> list[Row]:
+        return [self._rows[s] for s in sorted(self._rows)]
+
+    def remember(self, seq: int, row: dict[str, Any]) -> None:
+        self._rows[seq] = {**row, "seq": seq}  # type: ignore[typeddict-item]
+
+    async def append(self, row: dict[str, Any]) -> int:
+        try:
+            seq = self.conversation.append(row, wait=False)
+        except BlockingIOError:
+            seq = await asyncio.to_thread(self.conversation.append, row)
+        self.remember(seq, row)
+        return seq
+
+    async def replace(self, seq: int, row: dict[str, Any]) -> None:
+        try:
+            self.conversation.replace(seq, row, wait=False)
+        except BlockingIOError:
+            await asyncio.to_thread(self.conversation.replace, seq, row)
+        self.remember(seq, row)
+
+
 class ToolRowWriter:
     """Collects one step's tool results into a single row that keeps its seq."""
 
-    def __init__(self, conversation: Conversation, *, step: int, request_id: str, order: list[str]) -> None:
-        self._conversation = conversation
+    def __init__(self, transcript: TurnTranscript, *, step: int, request_id: str, order: list[str]) -> None:
+        self._transcript = transcript
         self._base: dict[str, Any] = {"role": "tool", "step": step, "request_id": request_id}
         self._order = order
         self._blocks: dict[str, dict[str, Any]] = {}
@@ -118,9 +158,9 @@ class ToolRowWriter:
             ordered = [self._blocks[i] for i in self._order if i in self._blocks]
             row = {**self._base, "content": ordered}
             if self._seq is None:
-                self._seq = await asyncio.to_thread(self._conversation.append, row)
+                self._seq = await self._transcript.append(row)
             else:
-                await asyncio.to_thread(self._conversation.replace, self._seq, row)
+                await self._transcript.replace(self._seq, row)
             return self._seq
 
 

@@ -27,11 +27,13 @@ from .errors import (
     StoreCorrupt,
     StoreError,
 )
+from .interactions import InteractionStore
 from .migrations import migrate
 from .paths import DataRoot
 from .projects import ProjectStore
 from .sql import open_engine
 from .stops import StopRequests
+from .tickets import TicketStore
 from .usage import UsageEvent, UsageStore
 
 __all__ = [
@@ -105,6 +107,14 @@ class Store:
     @cached_property
     def agents(self) -> AgentStore:
         return AgentStore(self.data_root, max_agents_per_project=self.settings.max_agents_per_project)
+
+    @cached_property
+    def interactions(self) -> InteractionStore:
+        return InteractionStore(self.engine)
+
+    @cached_property
+    def tickets(self) -> TicketStore:
+        return TicketStore(self.engine)
 
     def __repr__(self) -> str:
         url = make_url(self.settings.store_url).render_as_string(hide_password=True)

@@ -129,27 +129,34 @@ class Conversation:
     # -- locking ----------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Exclusive across processes and threads (each call opens its own file description)."""
+    def lock(self, *, wait: bool = True) -> Iterator[None]:
+        """Exclusive across processes and threads (each call opens its own file description).
+
+        With ``wait=False`` a lock held elsewhere raises :class:`BlockingIOError` at once.
+        """
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def append(self, row: Row | dict[str, Any]) -> int:
-        """Append a new row; assign and return its ``seq``."""
-        return self.append_many([row])[0]
+    def append(self, row: Row | dict[str, Any], *, wait: bool = True) -> int:
+        """Append a new row; assign and return its ``seq``.
 
-    def append_many(self, rows: Iterable[Row | dict[str, Any]]) -> list[int]:
+        ``wait=False`` never waits for another writer: it raises :class:`BlockingIOError` instead, so
+        an event loop can append inline when the lock is free and hand off to a thread when it is not.
+        """
+        return self.append_many([row], wait=wait)[0]
+
+    def append_many(self, rows: Iterable[Row | dict[str, Any]], *, wait: bool = True) -> list[int]:
         """Append rows in order with consecutive seqs, in one write."""
         rows = list(rows)
         if not rows:
             return []
-        with self.lock():
+        with self.lock(wait=wait):
             fd = os.open(self.path / MESSAGES, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             idx = os.open(self.path / INDEX, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
@@ -171,9 +178,9 @@ class Conversation:
                 os.close(idx)
                 os.close(fd)
 
-    def replace(self, seq: int, row: Row | dict[str, Any]) -> None:
+    def replace(self, seq: int, row: Row | dict[str, Any], *, wait: bool = True) -> None:
         """Append ``row`` again under an existing ``seq``; readers keep this newest version."""
-        with self.lock():
+        with self.lock(wait=wait):
             fd = os.open(self.path / MESSAGES, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             idx = os.open(self.path / INDEX, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:

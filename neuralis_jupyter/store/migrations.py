@@ -36,13 +36,17 @@ __all__ = [
     "MIGRATIONS",
     "audit_events",
     "from_micros",
+    "guard_overrides",
     "metadata",
     "migrate",
     "migration",
     "model_calls",
+    "pending_interactions",
     "pending_migrations",
     "schema_version",
+    "session_tickets",
     "stop_requests",
+    "stream_scopes",
     "to_micros",
     "usage_events",
 ]
@@ -165,6 +169,74 @@ stop_requests = sa.Table(
     sa.Index("ix_stop_requests_conversation_ts", "project_id", "conversation_id", "ts"),
 )
 
+# A tool call waiting for a person's approval (or a question waiting for an answer). It outlives the
+# process that asked: the VALIDATED input is stored as canonical JSON with its sha256, and only that
+# input ever runs. ``status`` moves pending -> approved|denied|expired, approved -> executed.
+pending_interactions = sa.Table(
+    "pending_interactions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("created", sa.BigInteger, nullable=False),
+    sa.Column("updated", sa.BigInteger, nullable=False),
+    sa.Column("project_id", sa.String(128), nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=False),
+    sa.Column("agent_id", sa.String(128), nullable=True),
+    sa.Column("conversation_id", sa.String(128), nullable=True),
+    sa.Column("request_id", sa.String(128), nullable=True),
+    sa.Column("tool_use_id", sa.String(128), nullable=True),
+    sa.Column("tool_name", sa.String(256), nullable=False),
+    sa.Column("package_id", sa.String(256), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("input_json", sa.Text, nullable=False),
+    sa.Column("input_hash", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    # Who asked for the approval ("guard:balanced", "hook:<name>") and the guard profile at that time.
+    sa.Column("asked_by", sa.String(256), nullable=False),
+    sa.Column("guard_profile", sa.String(16), nullable=True),
+    # The asking session (contracts.identity.session_to_dict), so a replay can rebuild its context.
+    sa.Column("session_json", sa.Text, nullable=False),
+    sa.Column("decided_by", sa.String(256), nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("answer_json", sa.Text, nullable=True),
+    sa.Index("ix_pending_interactions_project_status", "project_id", "status", "conversation_id"),
+)
+
+# A guard profile set for one conversation's running turns from another process (a server route
+# flipping a kernel's turn); read at every tool decision.
+guard_overrides = sa.Table(
+    "guard_overrides",
+    metadata,
+    sa.Column("project_id", sa.String(128), primary_key=True),
+    sa.Column("conversation_id", sa.String(128), primary_key=True),
+    sa.Column("profile", sa.String(16), nullable=False),
+    sa.Column("set_by", sa.String(128), nullable=False),
+    sa.Column("updated", sa.BigInteger, nullable=False),
+)
+
+# The live scope of one stream (a turn): the session its tickets rebuild. ``ended`` set = every ticket
+# of the stream is dead.
+stream_scopes = sa.Table(
+    "stream_scopes",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("project_id", sa.String(128), nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=False),
+    sa.Column("session_json", sa.Text, nullable=False),
+    sa.Column("created", sa.BigInteger, nullable=False),
+    sa.Column("ended", sa.BigInteger, nullable=True),
+)
+
+# One row per minted ticket: only the sha256 of its secret is kept.
+session_tickets = sa.Table(
+    "session_tickets",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("request_id", sa.String(128), nullable=False),
+    sa.Column("secret_sha256", sa.String(64), nullable=False),
+    sa.Column("created", sa.BigInteger, nullable=False),
+    sa.Index("ix_session_tickets_request", "request_id"),
+)
+
 # Bookkeeping lives outside ``metadata`` so the application schema is exactly the migrated tables.
 _migrations_table = sa.Table(
     "_neuralis_migrations",
@@ -195,6 +267,26 @@ def m003_model_calls(conn: Connection) -> None:
 @migration
 def m004_stop_requests(conn: Connection) -> None:
     stop_requests.create(conn)
+
+
+@migration
+def m005_pending_interactions(conn: Connection) -> None:
+    pending_interactions.create(conn)
+
+
+@migration
+def m006_guard_overrides(conn: Connection) -> None:
+    guard_overrides.create(conn)
+
+
+@migration
+def m007_stream_scopes(conn: Connection) -> None:
+    stream_scopes.create(conn)
+
+
+@migration
+def m008_session_tickets(conn: Connection) -> None:
+    session_tickets.create(conn)
 
 
 # -- running them -----------------------------------------------------------------------------------

@@ -51,6 +51,10 @@ class Project:
     default_model: str | None = None
     default_agent: str | None = None
     guard: GuardProfile = "balanced"
+    #: Project PreToolUse hooks ({match, decision, reason}); their source is "project".
+    hooks: tuple[Mapping[str, Any], ...] = ()
+    #: Project policy ({blocklist, allowlist, ceiling_allowlist}); added to the administrator's.
+    policy: Mapping[str, Any] = field(default_factory=dict)
 
     def role(self, name: str) -> Role:
         merged = {**DEFAULT_ROLES, **self.roles}
@@ -95,6 +99,8 @@ class Project:
             "default_model": self.default_model,
             "default_agent": self.default_agent,
             "guard": self.guard,
+            "hooks": [dict(h) for h in self.hooks],
+            "policy": dict(self.policy),
         }
 
     @classmethod
@@ -122,6 +128,12 @@ class Project:
         rpm = doc.get("llm_rate_limit_rpm")
         if rpm is not None and (not isinstance(rpm, int) or rpm < 1):
             raise ValueError(f"llm_rate_limit_rpm must be a positive integer or null, got {rpm!r}")
+        hooks = doc.get("hooks") or []
+        if not isinstance(hooks, list) or not all(isinstance(h, Mapping) for h in hooks):
+            raise ValueError("hooks must be a list of {match, decision, reason} objects")
+        policy = doc.get("policy") or {}
+        if not isinstance(policy, Mapping):
+            raise ValueError("policy must be an object with blocklist / allowlist lists")
         members = doc["members"]
         if not isinstance(members, Mapping):
             raise ValueError("members must map user ids to role names")
@@ -152,6 +164,8 @@ class Project:
             default_model=doc.get("default_model"),
             default_agent=doc.get("default_agent"),
             guard=guard,
+            hooks=tuple(dict(h) for h in hooks),
+            policy=dict(policy),
         )
 
 

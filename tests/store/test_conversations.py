@@ -283,3 +283,14 @@ def test_list_most_recent_first(store):
     a.update_meta(lambda m: m.update(title="touched"))
     assert [m["id"] for m in store.list(project_id="p", agent_id="a")] == [a.id, b.id]
     assert store.list(project_id="p", agent_id="nobody") == []
+
+
+def test_append_without_waiting_refuses_a_held_lock(conv):
+    conv.append(text_row("first"))
+    with conv.lock():  # another writer holds the lock
+        with pytest.raises(BlockingIOError):
+            conv.append(text_row("inline"), wait=False)
+        with pytest.raises(BlockingIOError):
+            conv.replace(1, text_row("inline"), wait=False)
+    assert conv.append(text_row("second"), wait=False) == 2
+    assert [r["content"][0]["text"] for r in conv.read_all()] == ["first", "second"]

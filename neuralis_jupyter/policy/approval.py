@@ -1,0 +1,73 @@
+"""Who answers an "ask": the :class:`Approver` seam, and the headless one that refuses at once.
+
+An approver answers a persisted :class:`~neuralis_jupyter.store.interactions.PendingInteraction` with
+approve or deny, or with ``None`` ("not now": the interaction stays pending and can be resolved later
+out of band). It never supplies arguments: the only input that can ever run is the stored one. The
+kernel supplies a widget approver; headless runs (``neuralis chat``, a scheduled turn) use
+:class:`HeadlessApprover`, whose refusal says which profile or hook asked and how to change it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..store.interactions import InteractionStatus, PendingInteraction
+
+__all__ = [
+    "Approver",
+    "ApproverAnswer",
+    "DeferApprover",
+    "HeadlessApprover",
+    "InteractionResolution",
+    "headless_refusal",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApproverAnswer:
+    approve: bool
+    #: Who answered, for the audit trail and the card ("alice", "headless").
+    by: str
+    reason: str | None = None
+
+
+class Approver(Protocol):
+    async def ask(self, interaction: PendingInteraction) -> ApproverAnswer | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class InteractionResolution:
+    interaction_id: str
+    status: InteractionStatus
+    decided_by: str | None
+    reason: str | None
+
+
+def headless_refusal(interaction: PendingInteraction) -> str:
+    """Why nobody could approve ``interaction`` in a headless run, and what to change."""
+    tool = interaction.tool_name
+    if interaction.asked_by.startswith("hook:"):
+        hook = interaction.asked_by.removeprefix("hook:")
+        return (
+            f"nobody can approve {tool} in a headless run: hook {hook!r} asks for approval; "
+            "change that hook or run the turn interactively"
+        )
+    return (
+        f"nobody can approve {tool} in a headless run: the guard profile is "
+        f"{interaction.guard_profile!r}; rerun with --guard auto or allow it with a hook"
+    )
+
+
+class HeadlessApprover:
+    """Refuses every ask at once: in a headless run there is nobody to click."""
+
+    async def ask(self, interaction: PendingInteraction) -> ApproverAnswer | None:
+        return ApproverAnswer(approve=False, by="headless", reason=headless_refusal(interaction))
+
+
+class DeferApprover:
+    """Leaves every ask pending for an out-of-band answer (a server route, a later process)."""
+
+    async def ask(self, interaction: PendingInteraction) -> ApproverAnswer | None:
+        return None
