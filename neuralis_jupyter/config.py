@@ -103,6 +103,14 @@ class NeuralisSettings(Configurable):
         ),
     ).tag(config=True)
 
+    background_wait = Integer(
+        3600,
+        help=(
+            "Seconds a headless command (neuralis chat, neuralis run) waits at the end for background "
+            "shells and sub-agents to report back before it exits and stops them."
+        ),
+    ).tag(config=True)
+
     @default("data_root")
     def _default_data_root(self) -> str:
         env = os.environ.get("NEURALIS_HOME")

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+import os
+import weakref
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -18,7 +21,7 @@ from functools import cached_property
 from .config import NeuralisSettings, load_settings
 from .contracts.agent_access import can_read_agent
 from .contracts.identity import SessionContext, create_system_session
-from .packages import PackageLoader, PackageSet
+from .packages import AGENT_CORE_ID, PackageLoader, PackageSet
 from .policy import (
     Approver,
     LiveGuard,
@@ -36,15 +39,18 @@ from .providers.credentials import PROVIDER_KEYS, has_credentials
 from .providers.errors import NoModelConfigured
 from .runtime import LIVE, AgentRuntime, ExecutionMode, StopSignal, ToolRegistry, TurnRequest
 from .runtime.context import ToolTape
+from .runtime.events import RuntimeEvent
 from .runtime.loop import new_request_id
-from .runtime.results import read_tool_result_tool
 from .store import NotFound, Store
 from .store.agents import AgentRecord
 from .store.conversations import Conversation
 from .store.interactions import GuardOverrideStore
 from .store.projects import DEFAULT_PROJECT_ID, Project, local_user_id
+from .tools import ToolEnvironment, compact, native_handlers, todos
 
 __all__ = ["AgentNotVisible", "ChatTarget", "Workbench"]
+
+log = logging.getLogger(__name__)
 
 #: The order in which providers are tried when nothing names a model.
 MODEL_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai")
@@ -171,9 +177,26 @@ class Workbench:
     # -- packages, policy, prompt ----------------------------------------------------------------
 
     @cached_property
+    def _loaded_packages(self) -> PackageSet:
+        return PackageLoader.from_settings(self.settings).load()
+
+    @cached_property
+    def tool_env(self) -> ToolEnvironment:
+        """What the native tools get from this host. A kernel sets ``answerer``; a host may replace
+        ``services["continue"]`` to show a background report's continuation its own way."""
+        return ToolEnvironment(
+            settings=self.settings,
+            store=self.store,
+            packages=self._loaded_packages,
+            config=self.settings.config,
+            api_url=os.environ.get("NEURALIS_API_URL") or None,
+            services={"continue": self.continue_conversation},
+        )
+
+    @cached_property
     def packages(self) -> PackageSet:
-        packages = PackageLoader.from_settings(self.settings).load()
-        packages.bind_handlers("@neuralis/agent-core", {"read_tool_result": read_tool_result_tool().handler})
+        packages = self._loaded_packages
+        packages.bind_handlers(AGENT_CORE_ID, native_handlers(self.tool_env))
         return packages
 
     def tools(self, target: ChatTarget) -> ToolRegistry:
@@ -242,7 +265,22 @@ class Workbench:
             identity_files=self.store.agents.identity_files(target.session.project_id, target.agent.id),
             packages=self.packages,
             guard=guard.current,
+            sections=[todos.session_section(target.conversation)],
         )
+
+    def _lock(self, conversation_id: str) -> asyncio.Lock:
+        """One turn at a time per conversation (in this process); a report's continuation waits."""
+        loop = asyncio.get_running_loop()
+        locks = self._locks.setdefault(loop, {})
+        return locks.setdefault(conversation_id, asyncio.Lock())
+
+    @cached_property
+    def _locks(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]]:
+        return weakref.WeakKeyDictionary()
+
+    @cached_property
+    def _last_turns(self) -> dict[str, _TurnSetup]:
+        return {}
 
     @contextlib.asynccontextmanager
     async def turn(
@@ -256,27 +294,98 @@ class Workbench:
         mode: ExecutionMode = LIVE,
         stop: StopSignal | None = None,
         tape: ToolTape | None = None,
+        on_event: Callable[[RuntimeEvent], None] | None = None,
     ) -> AsyncIterator[TurnRequest]:
-        """A ready turn. Its stream scope is live while the block runs, so session tickets minted
-        for it verify; leaving the block ends the scope and every ticket with it."""
+        """A ready turn. It holds the conversation (one turn at a time), and its stream scope is live
+        while the block runs, so session tickets minted for it verify; leaving the block ends the scope
+        and every ticket with it. ``on_event`` is remembered for the continuation of background
+        reports in this conversation."""
         session = target.session.replace(request_id=new_request_id())
         target = replace(target, session=session)
         live = guard or LiveGuard(self.guard_profile(target))
+        self._last_turns[target.conversation.id] = _TurnSetup(
+            model=model, guard=live, approver=approver, tape=tape, on_event=on_event
+        )
         engine, source = self.policy(target, guard=live, approver=approver)
-        await asyncio.to_thread(self.store.tickets.open_stream, session)
-        try:
-            yield TurnRequest(
-                session=session,
-                conversation=target.conversation,
-                model=model,
-                tools=self.tools(target),
-                message=message,
-                mode=mode,
-                prompt=self.prompt(target, source),
-                permission=engine,
-                policy=engine,
-                stop=stop or self.stop_signal(target),
-                tape=tape,
-            )
-        finally:
-            await asyncio.to_thread(self.store.tickets.end_stream, session.request_id)
+        async with self._lock(target.conversation.id):
+            history = await compact.history_transform(target.conversation)
+            await asyncio.to_thread(self.store.tickets.open_stream, session)
+            try:
+                yield TurnRequest(
+                    session=session,
+                    conversation=target.conversation,
+                    model=model,
+                    tools=self.tools(target),
+                    message=message,
+                    mode=mode,
+                    prompt=self.prompt(target, source),
+                    permission=engine,
+                    policy=engine,
+                    stop=stop or self.stop_signal(target),
+                    tape=tape,
+                    history=history,
+                    step_ceiling=todos.step_ceiling(target.conversation),
+                )
+            finally:
+                await asyncio.to_thread(self.store.tickets.end_stream, session.request_id)
+
+    async def continue_conversation(
+        self, session: SessionContext, conversation: Conversation, report: object
+    ) -> None:
+        """Run the turn a background report asks for: as the session that started the work, with the
+        model, guard and approver of the conversation's last turn in this process."""
+        setup = self._last_turns.get(conversation.id)
+        if setup is None:
+            log.info("no turn to continue %s with; the report waits for the next turn", conversation.id)
+            return
+        target = self.target(
+            session.user_id,
+            project_id=session.project_id,
+            agent_id=session.agent_id,
+            conversation_id=conversation.id,
+        )
+        async with self.turn(
+            target,
+            None,
+            model=setup.model,
+            guard=setup.guard,
+            approver=setup.approver,
+            tape=setup.tape,
+            on_event=setup.on_event,
+        ) as request:
+            await self.runtime.run(request, on_event=setup.on_event)
+
+    async def drain_background(self, wait_seconds: float) -> bool:
+        """Wait for background shells and sub-agents (and the turns their reports start); False when
+        ``wait_seconds`` passed first."""
+        deadline = asyncio.get_running_loop().time() + wait_seconds
+        while True:
+            pending: list[asyncio.Future[object]] = []
+            shells = self.tool_env.services.get("shells")
+            if shells is not None:
+                pending += shells.pending()
+            delegates = self.tool_env.services.get("delegates")
+            if delegates is not None:
+                pending += [t for t in delegates.tasks.values() if not t.done()]
+            if not pending:
+                return True
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            await asyncio.wait(pending, timeout=left)
+
+    async def aclose(self) -> None:
+        """Stop what outlives turns in this process: background shells and sub-agents."""
+        for name in ("shells", "delegates"):
+            service = self.tool_env.services.get(name)
+            if service is not None:
+                await service.aclose()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TurnSetup:
+    model: Model
+    guard: LiveGuard
+    approver: Approver | None
+    tape: ToolTape | None
+    on_event: Callable[[RuntimeEvent], None] | None

@@ -14,6 +14,7 @@ __all__ = ["main"]
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "neuralis_jupyter.cli.doctor",
     "chat": "neuralis_jupyter.cli.chat",
+    "kernel": "neuralis_jupyter.cli.kernel",
 }
 
 

@@ -83,8 +83,14 @@ async def _turn(
                     print(event.text, end="", flush=True)
                 if isinstance(event, TurnSettled):
                     settled = event
+        # A background shell or sub-agent reports back and continues the conversation: a headless
+        # command stays until they have, so their work is not lost when the process ends.
+        if not await bench.drain_background(0):
+            print("neuralis chat: waiting for background work to report back (Ctrl-C stops)", file=sys.stderr)
+            await bench.drain_background(bench.settings.background_wait)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        await bench.aclose()
     assert settled is not None
     if not as_json:
         if settled.text:

@@ -107,6 +107,10 @@ class LiveGuard:
             raise ValueError(f"guard profile must be one of {GUARD_PROFILES}, got {profile!r}")
         self._profile: GuardProfile = profile
 
+    @property
+    def profile(self) -> GuardProfile:
+        return self._profile
+
     async def current(self) -> GuardProfile:
         return self._profile
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,13 @@ PRICING_BASIS: str = json.loads(_SHIPPED.read_text(encoding="utf-8"))["pricing_b
 
 @dataclass(frozen=True, kw_only=True)
 class Prices:
-    """USD per million tokens."""
+    """USD per million tokens, and USD per use of a provider-side tool (e.g. a native web search)."""
 
     input: float = 0.0
     output: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
+    per_use: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,14 +59,17 @@ def cost_usd(
     output_tokens: int = 0,
     cache_read_tokens: int = 0,
     cache_write_tokens: int = 0,
+    server_tool_uses: Mapping[str, int] | None = None,
 ) -> float:
-    """The one cost formula: tokens times list price per million."""
-    return (
+    """The one cost formula: tokens times list price per million, plus per-use tool fees."""
+    tokens = (
         input_tokens * prices.input
         + output_tokens * prices.output
         + cache_read_tokens * prices.cache_read
         + cache_write_tokens * prices.cache_write
     ) / 1_000_000
+    fees = sum(prices.per_use.get(tool, 0.0) * n for tool, n in (server_tool_uses or {}).items())
+    return tokens + fees
 
 
 def parse_model_ref(ref: str) -> tuple[str, str]:
@@ -82,13 +86,14 @@ def _example() -> str:
 
 def _entry(doc: Mapping[str, Any], source: str) -> ModelEntry:
     try:
-        prices = doc.get("prices", {})
+        prices = dict(doc.get("prices", {}))
+        per_use = {str(k): float(v) for k, v in (prices.pop("per_use", None) or {}).items()}
         return ModelEntry(
             provider=str(doc["provider"]),
             id=str(doc["id"]),
             api_model_id=str(doc.get("api_model_id") or doc["id"]),
             context_window=int(doc.get("context_window", 0)),
-            prices=Prices(**{k: float(v) for k, v in prices.items()}),
+            prices=Prices(**{k: float(v) for k, v in prices.items()}, per_use=per_use),
             default=bool(doc.get("default", False)),
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -36,6 +36,8 @@ __all__ = [
     "InsecureCredentials",
     "ProviderKeys",
     "has_credentials",
+    "lookup_secret",
+    "project_credentials",
     "resolve_api_key",
     "resolve_base_url",
 ]
@@ -103,6 +105,26 @@ def _read_credentials(path: Path) -> dict[str, str]:
     if not isinstance(doc, dict):
         raise ProviderError(f"the credential file {path} must hold a JSON object of NAME: key")
     return {k: v for k, v in doc.items() if isinstance(k, str) and isinstance(v, str) and v.strip()}
+
+
+def project_credentials(data_root: DataRoot, project_id: str) -> dict[str, str]:
+    """The project's stored credentials, ``NAME: value`` (``{}`` when it has none).
+
+    Refused with :class:`InsecureCredentials` when other accounts can read the file.
+    """
+    path = _credentials_path(data_root, project_id)
+    return _read_credentials(path) if path is not None else {}
+
+
+def lookup_secret(name: str, *, data_root: DataRoot | None, project_id: str | None) -> str | None:
+    """The secret ``name`` (an environment-variable-style name) from the environment, else the project's
+    credential file; ``None`` when neither has it. Never logged, never returned to a model."""
+    value = os.environ.get(name, "").strip()
+    if value:
+        return value
+    if data_root is None or project_id is None:
+        return None
+    return project_credentials(data_root, project_id).get(name, "").strip() or None
 
 
 def _find_key(provider: str, data_root: DataRoot | None, project_id: str | None) -> tuple[str, str] | None:

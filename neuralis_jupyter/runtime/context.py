@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..contracts.envelope import Envelope
 from ..contracts.identity import SessionContext
-from ..providers.base import Model
+from ..providers.base import Model, UsageEvent
 from ..store.conversations import Conversation
 from .handoff import ConversationHandoff, HandoffPublisher
 from .permission import PermissionHook, ToolPolicy
@@ -163,6 +163,8 @@ class TurnRequest:
     #: Where a suspended turn's checkpoint goes; ``None`` reports the handoff as absent.
     handoff: HandoffPublisher | None = field(default_factory=ConversationHandoff)
     history: HistoryTransform | None = None
+    #: Awaited before every step; a value below the turn's step ceiling lowers it (never raises it).
+    step_ceiling: Callable[[], Awaitable[int | None]] | None = None
     #: Sub-agent nesting depth; 0 for a top-level turn.
     depth: int = 0
     max_tokens: int = 4096
@@ -182,3 +184,6 @@ class ToolContext:
     stop: StopSignal
     #: Per-turn scratch space tools share (e.g. staged skill credentials).
     turn_state: dict[str, Any]
+    #: Charge a model call a tool makes for the turn (a native web search) to the turn's own usage:
+    #: ``record_usage(provider, model, usage)``. Synchronous; never raises.
+    record_usage: Callable[[str, str, UsageEvent], None] | None = None

@@ -113,7 +113,9 @@ class AgentRuntime:
         session = session.replace(request_id=session.request_id or new_request_id(), conversation_id=conv.id)
         stop = req.stop or StopSignal()
         tools = req.tools
-        if "read_tool_result" not in tools:
+        if "read_tool_result" not in tools and req.depth == 0:
+            # A top-level turn can always page its large results; a sub-agent gets exactly what it is
+            # handed (its parent's delegate call may have removed it).
             tools = tools.with_intrinsic([read_tool_result_tool()])
         req = _replace(req, session=session, stop=stop, tools=tools)
         turn = _Turn(
@@ -170,6 +172,11 @@ class AgentRuntime:
                 await turn.note("stopped", stop.reason or "stopped")
                 turn.settle("stopped", reason=stop.reason)
                 return
+            if req.step_ceiling is not None:
+                cap = await req.step_ceiling()
+                if cap is not None and cap < turn.max_steps:
+                    turn.max_steps = cap
+                    budgets = _replace(budgets, max_steps=cap)
             used = BudgetUse(steps=turn.step, tokens=turn.meter.total_tokens, usd=turn.meter.total_usd)
             exhausted = budget_exhausted(budgets, used)
             if exhausted:
@@ -288,6 +295,7 @@ class AgentRuntime:
                 emit=turn.emit,
                 stop=turn.stop,
                 turn_state=turn.state,
+                record_usage=turn.charge,
             )
             block = await run_tool_call(call, ctx)
             await writer.add(block)
@@ -340,6 +348,15 @@ class _Turn:
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
+
+    def charge(self, provider: str, model: str, usage: UsageEvent) -> None:
+        """A tool's model call for this turn: the same partition, no step counted."""
+        try:
+            part = self.meter.add(provider, model, usage, duration_ms=0, count_step=False)
+            self.meter.persist_behind(force=True)
+            self.emit(part.as_event())
+        except Exception:
+            log.exception("could not charge a tool's model call to turn %s", self.req.session.request_id)
 
     async def note(self, kind: str, text: str) -> None:
         row = {"role": "event", "step": self.step, "content": [{"type": kind, "text": text}]}

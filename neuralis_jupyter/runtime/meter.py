@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -33,6 +34,7 @@ class Partition:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     steps: int = 0
+    server_tool_uses: tuple[tuple[str, int], ...] = ()
     cost_usd: float = 0.0
 
     def as_event(self) -> UsageUpdated:
@@ -85,8 +87,11 @@ class TurnMeter:
             for p in self._parts.values()
         )
 
-    def add(self, provider: str, model: str, usage: ModelUsage, *, duration_ms: int) -> Partition:
-        """Price one model call; :meth:`persist_behind` writes it."""
+    def add(
+        self, provider: str, model: str, usage: ModelUsage, *, duration_ms: int, count_step: bool = True
+    ) -> Partition:
+        """Price one model call; :meth:`persist_behind` writes it. A call a tool makes on the turn's
+        behalf (a native web search) is charged to the same partition with ``count_step=False``."""
         entry = self._catalog.lookup(provider, model, allow_unpriced=True)
         key = (provider, model)
         part = self._parts.get(key) or Partition(provider=provider, model=model)
@@ -96,7 +101,8 @@ class TurnMeter:
             output_tokens=part.output_tokens + usage.output_tokens,
             cache_read_tokens=part.cache_read_tokens + usage.cache_read_tokens,
             cache_write_tokens=part.cache_write_tokens + usage.cache_write_tokens,
-            steps=part.steps + 1,
+            steps=part.steps + (1 if count_step else 0),
+            server_tool_uses=_merge(part.server_tool_uses, usage.server_tool_uses),
         )
         part = replace(
             part,
@@ -106,6 +112,7 @@ class TurnMeter:
                 output_tokens=part.output_tokens,
                 cache_read_tokens=part.cache_read_tokens,
                 cache_write_tokens=part.cache_write_tokens,
+                server_tool_uses=dict(part.server_tool_uses),
             ),
         )
         self._parts[key] = part
@@ -176,6 +183,13 @@ class TurnMeter:
         for key in self._parts:
             self._pending[key] = duration_ms
         await self.flush()
+
+
+def _merge(counts: tuple[tuple[str, int], ...], more: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    merged = dict(counts)
+    for tool, n in more.items():
+        merged[tool] = merged.get(tool, 0) + n
+    return tuple(sorted(merged.items()))
 
 
 def utcnow() -> datetime:

@@ -109,6 +109,9 @@ async def run_child(
         budgets = replace(budgets, max_steps=min(max_steps, budgets.max_steps or max_steps))
     child_stop = StopSignal()
     parent_stop = ctx.stop
+    # A background child outlives its parent's turn by design: only a foreground one follows its stop,
+    # and only a foreground one reports its events into the parent's (still running) stream.
+    background = mode == "background"
 
     async def follow_parent() -> None:
         await parent_stop.wait()
@@ -138,11 +141,16 @@ async def run_child(
         max_tokens=parent.max_tokens,
         temperature=parent.temperature,
     )
-    watcher = asyncio.create_task(follow_parent())
+    request = replace(request, session=session.replace(request_id=f"r-{run_id}"))
+    tickets = ctx.runtime.store.tickets
+    # The child's own stream scope, so session tickets minted for its shell calls verify.
+    await asyncio.to_thread(tickets.open_stream, request.session)
+    watcher = None if background else asyncio.create_task(follow_parent())
+    forward = None if background else (lambda e: ctx.emit(SubagentEvent(run_id=run_id, agent=agent, event=e)))
     try:
-        settled = await ctx.runtime.run(
-            request, on_event=lambda e: ctx.emit(SubagentEvent(run_id=run_id, agent=agent, event=e))
-        )
+        settled = await ctx.runtime.run(request, on_event=forward)
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        await asyncio.to_thread(tickets.end_stream, request.session.request_id)
     return ChildRun(run_id=run_id, agent=agent, conversation=conversation, settled=settled)

@@ -83,6 +83,9 @@ class ConversationMeta(TypedDict):
     root_id: NotRequired[str | None]
     forked_from: NotRequired[dict[str, Any] | None]
     compaction_mode: NotRequired[Literal["apply", "show_full"]]
+    #: Owned by tools/todos.py (the session ledger) and tools/compact.py (compaction instructions).
+    session_ledger: NotRequired[dict[str, Any]]
+    compaction: NotRequired[dict[str, Any]]
 
 
 def utcnow_iso() -> str:

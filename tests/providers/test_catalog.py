@@ -17,7 +17,13 @@ from neuralis_jupyter.providers import (
     parse_model_ref,
 )
 
-SONNET = Prices(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+SONNET = Prices(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75, per_use={"web_search": 0.01})
+
+
+def test_per_use_fees_are_added() -> None:
+    assert cost_usd(SONNET, server_tool_uses={"web_search": 3}) == pytest.approx(0.03)
+    assert cost_usd(SONNET, input_tokens=1_000_000, server_tool_uses={"web_search": 1}) == pytest.approx(3.01)
+    assert cost_usd(SONNET, server_tool_uses={"code_execution": 5}) == 0.0  # unpriced tools cost nothing
 
 
 def test_cost_is_tokens_times_price_per_million() -> None:

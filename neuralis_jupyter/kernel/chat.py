@@ -1,0 +1,253 @@
+"""The kernel's chat state: who talks to which agent in which conversation, with which model and guard.
+
+One :class:`ChatController` per IPython shell (the Neuralis kernel, or a plain kernel after
+``%load_ext neuralis_jupyter``). Nothing heavy is imported before the first chat cell.
+
+Headless runs (``neuralis run`` sets ``NEURALIS_HEADLESS=1``) never wait for a widget: approvals come
+from the guard profile (an ask is refused, naming the profile) or from answers recorded in the cassette,
+and a question takes its declared default. ``NEURALIS_CASSETTE`` (+ ``NEURALIS_CASSETTE_MODE``
+``replay|record``) puts the model traffic on a cassette; ``NEURALIS_DEMO_SCRIPT`` names the script the
+``scripted:demo`` model answers from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..policy import LiveGuard
+    from ..providers.base import Model
+    from ..providers.cassette import Cassette
+    from ..runtime import StopSignal
+    from ..runtime.events import TurnSettled
+    from ..workbench import ChatTarget, Workbench
+    from .display import TurnDisplay
+
+__all__ = ["ChatController"]
+
+
+class ChatController:
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.project_id: str | None = None
+        self.agent_id: str | None = None
+        self.conversation_id: str | None = None
+        self.model_ref: str | None = os.environ.get("NEURALIS_MODEL") or None
+        self.headless = os.environ.get("NEURALIS_HEADLESS") == "1"
+        self.last: TurnSettled | None = None
+        self._bench: Workbench | None = None
+        self._guard: LiveGuard | None = None
+        self._cassette: Cassette | None = None
+        self._stop: StopSignal | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._display_factory: Any = None
+
+    # -- lazily built state ----------------------------------------------------------------------
+
+    @property
+    def bench(self) -> Workbench:
+        if self._bench is None:
+            from ..workbench import Workbench
+
+            self._bench = Workbench()
+        return self._bench
+
+    @property
+    def user_id(self) -> str:
+        from ..store.projects import local_user_id
+
+        return local_user_id()
+
+    def target(self) -> ChatTarget:
+        """The current chat target; the first call creates the conversation and keeps it."""
+        target = self.bench.target(
+            self.user_id,
+            project_id=self.project_id,
+            agent_id=self.agent_id,
+            conversation_id=self.conversation_id,
+        )
+        self.conversation_id = target.conversation.id
+        self.agent_id = target.agent.id
+        self.project_id = target.session.project_id
+        return target
+
+    @property
+    def guard(self) -> LiveGuard:
+        if self._guard is None:
+            from ..policy import LiveGuard
+
+            target = self.target()
+            self._guard = LiveGuard(self.bench.guard_profile(target))
+        return self._guard
+
+    def set_guard(self, profile: str) -> None:
+        """Flip the guard; a running turn sees it at its next tool decision. The notebook's choice
+        also clears an override a server route may have written for this conversation."""
+        self.guard.set(profile)  # type: ignore[arg-type]
+        if self.conversation_id is not None:
+            from ..store.interactions import GuardOverrideStore
+
+            GuardOverrideStore(self.bench.store.engine).clear(
+                project_id=self.project_id or "default", conversation_id=self.conversation_id
+            )
+
+    @property
+    def cassette(self) -> Cassette | None:
+        path = os.environ.get("NEURALIS_CASSETTE")
+        if path and self._cassette is None:
+            from ..providers.cassette import Cassette
+
+            mode = os.environ.get("NEURALIS_CASSETTE_MODE", "replay")
+            self._cassette = Cassette(path, "record" if mode == "record" else "replay")
+        return self._cassette
+
+    def model(self, target: ChatTarget) -> Model:
+        from ..providers.cassette import CassetteModel
+
+        cassette = self.cassette
+        if cassette is not None and cassette.mode == "replay":
+            return CassetteModel(cassette)
+        ref = self.bench.model_ref(target, self.model_ref) if not _is_demo(self.model_ref) else self.model_ref
+        live = _demo_model() if _is_demo(ref) else self.bench.model(target, ref)
+        if cassette is not None:
+            return CassetteModel(cassette, live)
+        return live
+
+    # -- a chat cell -----------------------------------------------------------------------------
+
+    async def run(self, message: str) -> TurnSettled | None:
+        from ..runtime.events import TurnSettled
+
+        bench = self.bench
+        target = self.target()
+        model = self.model(target)
+        cassette = self.cassette
+        if cassette is not None:
+            cassette.volatile_value(target.conversation.id, "conversation_id")
+            cassette.volatile_value(str(bench.store.data_root.root), "data_root")
+        display = self._new_display(target)
+        approver = None if self.headless else display
+        bench.tool_env.answerer = None if self.headless else _Answerer(display)
+        from .notebook_tools import notebook_tools
+
+        self._loop = asyncio.get_running_loop()
+        settled: TurnSettled | None = None
+        async with bench.turn(
+            target,
+            message,
+            model=model,
+            guard=self.guard,
+            approver=approver,
+            tape=cassette,
+            on_event=display.handle,
+        ) as request:
+            request = replace(request, tools=request.tools.merge(notebook_tools(self.shell)))
+            self._stop = request.stop
+            try:
+                with _interrupt_stops(request.stop):
+                    async for event in bench.runtime.run_turn(request):
+                        display.handle(event)
+                        if isinstance(event, TurnSettled):
+                            settled = event
+            finally:
+                self._stop = None
+                display.finish(settled)
+        self.last = settled
+        return settled
+
+    def _new_display(self, target: ChatTarget) -> TurnDisplay:
+        if self._display_factory is None:
+            try:
+                from .cards import CardDisplay as factory
+            except ImportError:
+                from .display import MarkdownDisplay as factory
+            self._display_factory = factory
+        return self._display_factory(
+            display_id="nrs-" + uuid.uuid4().hex[:12], conversation=target.conversation
+        )
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "stopped from the notebook") -> bool:
+        """Stop the running turn, from any thread (a %stop in a subshell, a widget's Stop button).
+
+        Also writes a stop request to the store, so a turn of this conversation running elsewhere
+        (another kernel, the server) stops too. True when a turn here was running.
+        """
+        stop, loop = self._stop, self._loop
+        if self.conversation_id is not None and self._bench is not None:
+            self.bench.store.stops.request(
+                project_id=self.project_id or "default",
+                conversation_id=self.conversation_id,
+                requested_by=self.user_id,
+                reason=reason,
+            )
+        if stop is None or loop is None:
+            return False
+        if threading.current_thread() is threading.main_thread() and _running_loop() is loop:
+            stop.set(reason)
+        else:
+            loop.call_soon_threadsafe(stop.set, reason)
+        return True
+
+
+class _Answerer:
+    def __init__(self, display: TurnDisplay) -> None:
+        self._display = display
+
+    async def ask(
+        self, *, question: str, options: list[dict[str, Any]], multiple: bool, tool_use_id: str
+    ) -> Any:
+        return await self._display.answer(
+            question=question, options=options, multiple=multiple, tool_use_id=tool_use_id
+        )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+@contextlib.contextmanager
+def _interrupt_stops(stop: StopSignal) -> Iterator[None]:
+    """While a turn runs, the kernel's interrupt stops it cleanly (the partial answer is kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def on_sigint(*_: object) -> None:
+        loop.call_soon_threadsafe(stop.set, "interrupted")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _is_demo(ref: str | None) -> bool:
+    return bool(ref) and str(ref).startswith("scripted:")
+
+
+def _demo_model() -> Model:
+    """The scripted demo model, answering from ``$NEURALIS_DEMO_SCRIPT`` (one reply a line)."""
+    from ..providers.scripted import ScriptedModel
+    from ..testing.fake_llm import load_script
+
+    path = os.environ.get("NEURALIS_DEMO_SCRIPT")
+    if not path:
+        raise ValueError(
+            "the scripted demo model needs a script: set NEURALIS_DEMO_SCRIPT to a JSONL file of replies"
+        )
+    return ScriptedModel(load_script(path))

@@ -1,0 +1,90 @@
+"""``NeuralisKernel``: IPython, except that a cell is a chat message to the current agent.
+
+A cell that starts with ``%%python`` runs its remaining lines as IPython; so does any cell that starts
+with a magic (``%agent research``, ``%%time``) or a shell escape. Everything else goes to the agent. The
+turn is a coroutine awaited inside ``do_execute``: ipykernel >= 7.4 keeps delivering comm messages (a
+widget's Approve click) while it awaits, and an interrupt stops the turn cleanly instead of killing it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Literal
+
+from ipykernel.ipkernel import IPythonKernel
+
+from .. import __version__
+
+__all__ = ["NeuralisKernel", "classify"]
+
+CellKind = Literal["python", "chat"]
+
+
+def classify(code: str) -> tuple[CellKind, str]:
+    """Which way a cell goes, and the code or message it carries."""
+    stripped = code.lstrip()
+    if stripped.startswith("%%python"):
+        _, _, rest = stripped.partition("\n")
+        return "python", rest
+    if not stripped or stripped.startswith(("%", "!")):
+        return "python", code
+    return "chat", code.strip()
+
+
+class NeuralisKernel(IPythonKernel):
+    implementation = "neuralis"
+    implementation_version = __version__
+    banner = (
+        "Neuralis Agent: a cell is a message to your agent; start a cell with %%python to run Python.\n"
+        "Magics: %agent %model %guard %conversation %usage %transcript %stop"
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        from .magics import register
+
+        self.chat = register(self.shell)
+
+    async def do_execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict[str, Any] | None = None,
+        allow_stdin: bool = False,
+        *,
+        cell_meta: dict[str, Any] | None = None,
+        cell_id: str | None = None,
+    ) -> dict[str, Any]:
+        kind, body = classify(code)
+        if kind == "python":
+            return await super().do_execute(
+                body,
+                silent,
+                store_history,
+                user_expressions,
+                allow_stdin,
+                cell_meta=cell_meta,
+                cell_id=cell_id,
+            )
+        try:
+            await self.chat.run(body)
+        except Exception as exc:
+            return self._error_reply(exc)
+        return {
+            "status": "ok",
+            "execution_count": self.execution_count,
+            "payload": [],
+            "user_expressions": {},
+        }
+
+    def _error_reply(self, exc: BaseException) -> dict[str, Any]:
+        from ..providers.errors import CassetteMismatch
+
+        name = type(exc).__name__
+        tb = traceback.format_exception(exc)
+        if isinstance(exc, CassetteMismatch):  # the diff says what changed; our stack would not
+            tb = [str(exc)]
+        content = {"ename": name, "evalue": str(exc), "traceback": tb}
+        self.send_response(self.iopub_socket, "error", content)
+        return {"status": "error", "execution_count": self.execution_count, **content}

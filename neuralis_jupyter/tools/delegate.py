@@ -1,0 +1,272 @@
+"""``delegate``: hand a task to a sub-agent with its own loop (seed 000, "The seven base subagents").
+
+The agent is resolved among the caller-visible package agents (``general`` when none is named). The
+child's catalog is the widest set a child may get (:func:`child_registry`: the parent's read-only and
+intrinsic tools within the parent's scope), minus tools barred from every sub-agent and ``delegate``
+itself at the depth limit. A persona's ``allowed-tools`` is a CEILING the call's ``tools`` is intersected
+with; ``blocked_tools`` removes names. Every requested name that falls out is named back with the
+reason, in the same words whether the tool is hidden from the caller or invented, and a ``tools`` list
+of which nothing survives is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from traitlets import Integer, TraitError, validate
+from traitlets.config import Configurable
+
+from ..contracts import refusals
+from ..contracts.identity import SessionContext
+from ..packages import render_placeholders
+from ..runtime import StaticPrompt, ToolContext, ToolOutput, ToolRegistry
+from ..runtime.subagents import ChildRun, child_registry, run_child
+from .environment import ToolEnvironment
+
+__all__ = ["REASONS", "DelegateSettings", "Narrowing", "handlers", "narrow"]
+
+log = logging.getLogger(__name__)
+
+Reason = Literal["not_in_catalog", "barred", "outside_persona", "blocked", "depth_limit"]
+#: The words each reason is named back with.
+REASONS: dict[Reason, str] = {
+    "not_in_catalog": "not in the child's catalog",
+    "barred": "barred from every subagent",
+    "outside_persona": "outside the persona's list",
+    "blocked": "removed by the call's own blocked_tools",
+    "depth_limit": "delegate at the depth limit",
+}
+DEFAULT_AGENT = "general"
+
+
+class DelegateSettings(Configurable):
+    max_depth = Integer(
+        2,
+        help="How deep sub-agents may nest: 1 lets a turn delegate but not its children; 2 one level more.",
+    ).tag(config=True)
+
+    max_background = Integer(
+        4, help="The most background sub-agent runs one process keeps going at once."
+    ).tag(config=True)
+
+    @validate("max_depth", "max_background")
+    def _positive(self, proposal: dict[str, Any]) -> int:
+        if proposal["value"] < 1:
+            raise TraitError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']!r}")
+        return proposal["value"]
+
+
+_PREFIX = re.compile(r"^(?:functions|tools|tool)[.:/]")
+
+
+def normalize(name: str) -> str:
+    """The same normalisation for ``tools`` and ``blocked_tools``: a denylist must never miss."""
+    return _PREFIX.sub("", name.strip()).strip().lower()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Narrowing:
+    tools: ToolRegistry
+    removed: tuple[tuple[str, Reason], ...] = ()
+
+    def named_back(self) -> list[str]:
+        return [f"{name}: {REASONS[reason]}" for name, reason in self.removed]
+
+
+def narrow(
+    *,
+    parent: ToolRegistry,
+    catalog: ToolRegistry,
+    persona_tools: tuple[str, ...] | None,
+    requested: Iterable[str] | None,
+    blocked: Iterable[str],
+    at_depth_limit: bool,
+) -> Narrowing:
+    """The child's tools and the requested names that fell out, with why."""
+    by_norm = {normalize(t.name): t for t in catalog}
+    barred = {normalize(t.name) for t in parent if t.barred_from_subagents}
+    ceiling = None if persona_tools is None else {normalize(n) for n in persona_tools}
+    blocked_norm = {normalize(n): n for n in blocked}
+    removed: list[tuple[str, Reason]] = []
+
+    def why(norm: str) -> Reason | None:
+        if norm in barred:
+            return "barred"
+        if norm == "delegate" and at_depth_limit:
+            return "depth_limit"
+        if norm not in by_norm:
+            return "not_in_catalog"
+        if ceiling is not None and norm not in ceiling:
+            return "outside_persona"
+        if norm in blocked_norm:
+            return "blocked"
+        return None
+
+    if requested is None:
+        candidates = list(by_norm)
+    else:
+        candidates = []
+        for name in requested:
+            norm = normalize(name)
+            reason = why(norm)
+            if reason is None:
+                candidates.append(norm)
+            else:
+                removed.append((name, reason))
+    # An unmatched blocked name is named back too: a denylist that silently blocks nothing hands MORE.
+    for norm, name in blocked_norm.items():
+        if norm not in by_norm and norm not in barred:
+            removed.append((name, "not_in_catalog"))
+    keep = {n for n in candidates if why(n) is None}
+    return Narrowing(tools=catalog.filter(lambda t: normalize(t.name) in keep), removed=tuple(removed))
+
+
+@dataclass(kw_only=True)
+class BackgroundDelegates:
+    """Detached sub-agent runs of one process; owned tasks, cancelled on ``aclose``."""
+
+    limit: int
+    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+
+    def start(self, run_id: str, coro: Any) -> None:
+        if len([t for t in self.tasks.values() if not t.done()]) >= self.limit:
+            coro.close()
+            raise RuntimeError(
+                f"{self.limit} background sub-agents are already running; wait for one to report "
+                "or raise c.DelegateSettings.max_background"
+            )
+        task = asyncio.ensure_future(coro)
+        self.tasks[run_id] = task
+        task.add_done_callback(lambda _t: self.tasks.pop(run_id, None))
+
+    async def aclose(self) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+
+def _summary(run: ChildRun, narrowing: Narrowing) -> str:
+    lines = [run.settled.text or f"(the {run.agent} sub-agent ended without a summary)"]
+    if run.settled.status != "completed":
+        lines.append(
+            f"[The sub-agent settled {run.settled.status}: {run.settled.reason or ''}]".rstrip(": ]") + "]"
+        )
+    lines.append(f"[Transcript: {run.transcript_path} · run {run.run_id} · {run.settled.steps} steps]")
+    if narrowing.removed:
+        lines.append("[Not given to the sub-agent: " + "; ".join(narrowing.named_back()) + "]")
+    return "\n".join(lines)
+
+
+def handlers(env: ToolEnvironment) -> dict[str, Any]:
+    settings = DelegateSettings(config=env.config)
+
+    async def delegate(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        session: SessionContext = ctx.session
+        wanted = args.get("agent") or DEFAULT_AGENT
+        persona = next((a for a in env.packages.agents(session) if a.name == wanted), None)
+        if persona is None:
+            names = ", ".join(sorted(a.name for a in env.packages.agents(session))) or "none"
+            return ToolOutput(
+                content=f"No agent named {wanted!r} among yours ({names}).", is_error=True, outcome="error"
+            )
+        depth = ctx.request.depth + 1
+        if depth > settings.max_depth:
+            return ToolOutput(
+                content=refusals.envelope_refusal(
+                    "delegate", f"sub-agents may nest only {settings.max_depth} deep"
+                ),
+                is_error=True,
+                outcome="refused",
+            )
+        catalog = child_registry(ctx.request.tools, ctx.request.envelope)
+        narrowing = narrow(
+            parent=ctx.request.tools,
+            catalog=catalog,
+            persona_tools=persona.allowed_tools,
+            requested=args.get("tools"),
+            blocked=args.get("blocked_tools", ()),
+            at_depth_limit=depth >= settings.max_depth,
+        )
+        if args.get("tools") is not None and not len(narrowing.tools):
+            return ToolOutput(
+                content="Refused: none of the requested tools can be given to the sub-agent ("
+                + "; ".join(narrowing.named_back())
+                + "). Nothing was started.",
+                is_error=True,
+                outcome="refused",
+            )
+        prompt = StaticPrompt(text=render_placeholders(persona.body, session))
+        run_id = "d-" + uuid.uuid4().hex[:12]
+        background = bool(args.get("background"))
+
+        def child() -> Any:
+            return run_child(
+                ctx,
+                task=args["task"],
+                agent=persona.name,
+                tools=narrowing.tools,
+                prompt=prompt,
+                max_steps=args.get("max_steps"),
+                mode="background" if background else "foreground",
+                run_id=run_id,
+            )
+
+        if not background:
+            run = await child()
+            failed = run.settled.status in ("failed", "refused")
+            return ToolOutput(
+                content=_summary(run, narrowing),
+                is_error=failed,
+                outcome="error" if failed else "ok",
+                data={
+                    "run_id": run.run_id,
+                    "agent": run.agent,
+                    "status": run.settled.status,
+                    "transcript": str(run.transcript_path),
+                    "removed": [list(r) for r in narrowing.removed],
+                },
+            )
+
+        async def detached() -> None:
+            run = await child()
+            text = _summary(run, narrowing)
+            report: dict[str, Any] = {
+                "role": "event",
+                "content": [{"type": "delegate_report", "run_id": run.run_id, "text": text}],
+            }
+            await asyncio.to_thread(ctx.request.conversation.append, report)
+            cont = env.services.get("continue")
+            if cont is not None:
+                await cont(session, ctx.request.conversation, report)
+
+        runs: BackgroundDelegates = env.services.setdefault(
+            "delegates", BackgroundDelegates(limit=settings.max_background)
+        )
+        try:
+            runs.start(run_id, detached())
+        except RuntimeError as exc:
+            return ToolOutput(content=str(exc), is_error=True, outcome="refused")
+        transcript = ctx.request.conversation.path / "delegates" / run_id / "messages.jsonl"
+        text = (
+            f"Started the {persona.name} sub-agent in the background as run {run_id}; its report arrives "
+            f"in this conversation when it ends. Transcript: {transcript}"
+        )
+        if narrowing.removed:
+            text += "\n[Not given to the sub-agent: " + "; ".join(narrowing.named_back()) + "]"
+        return ToolOutput(
+            content=text,
+            data={
+                "run_id": run_id,
+                "agent": persona.name,
+                "status": "running",
+                "transcript": str(transcript),
+            },
+        )
+
+    return {"delegate": delegate}
