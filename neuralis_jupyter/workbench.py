@@ -338,6 +338,8 @@ class Workbench:
         if setup is None:
             log.info("no turn to continue %s with; the report waits for the next turn", conversation.id)
             return
+        if setup.on_event is not None:
+            setup.on_event(report)  # e.g. the kernel's card for the shell that reported
         target = self.target(
             session.user_id,
             project_id=session.project_id,

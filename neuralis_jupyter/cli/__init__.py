@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, str] = {
     "doctor": "neuralis_jupyter.cli.doctor",
     "chat": "neuralis_jupyter.cli.chat",
     "kernel": "neuralis_jupyter.cli.kernel",
+    "run": "neuralis_jupyter.cli.run",
 }
 
 

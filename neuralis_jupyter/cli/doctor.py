@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from sqlalchemy.engine import make_url
 
 __all__ = ["register"]
-
-#: provider -> the environment variables that carry its key, in lookup order.
-PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "openai": ("OPENAI_API_KEY",),
-}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,9 +30,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"store:          {_safe_url(settings.store_url)}")
     engine = store.engine
     print(f"schema version: {schema_version(engine)} ({len(pending_migrations(engine))} pending)")
-    for provider, names in PROVIDER_KEYS.items():
-        found = next((n for n in names if os.environ.get(n)), None)
-        state = f"credentials found ({found})" if found else f"no key (set {' or '.join(names)})"
+    from ..providers.credentials import PROVIDER_KEYS, has_credentials
+    from ..providers.errors import ProviderError
+    from ..store.projects import DEFAULT_PROJECT_ID
+
+    for provider, keys in PROVIDER_KEYS.items():
+        try:
+            found = has_credentials(provider, data_root=store.data_root, project_id=DEFAULT_PROJECT_ID)
+        except ProviderError as exc:  # e.g. a credential file others can read: say how to fix it
+            state = f"credentials unusable: {exc}"
+        else:
+            names = " or ".join(keys.api_key_vars)
+            state = f"credentials found ({found})" if found else f"no key (set {names})"
         print(f"provider {provider + ':':11s}{state}")
     if args.settings:
         print()

@@ -133,9 +133,14 @@ class ChatController:
         if cassette is not None:
             cassette.volatile_value(target.conversation.id, "conversation_id")
             cassette.volatile_value(str(bench.store.data_root.root), "data_root")
+            cassette.volatile_value(f"`{target.session.user_id}`", "user")  # the prompt names the user
         display = self._new_display(target)
-        approver = None if self.headless else display
-        bench.tool_env.answerer = None if self.headless else _Answerer(display)
+        if self.headless:  # answers given to `neuralis run --answer` or recorded, else the guard decides
+            from .headless import headless_answerers
+
+            approver, bench.tool_env.answerer = headless_answerers(cassette)
+        else:
+            approver, bench.tool_env.answerer = display, _Answerer(display)
         from .notebook_tools import notebook_tools
 
         self._loop = asyncio.get_running_loop()
@@ -161,6 +166,10 @@ class ChatController:
                 self._stop = None
                 display.finish(settled)
         self.last = settled
+        if self.headless:
+            # Nobody will watch this notebook later: background work reports back (and the turn it
+            # continues runs) inside this cell, so the saved notebook holds it.
+            await bench.drain_background(bench.settings.background_wait)
         return settled
 
     def _new_display(self, target: ChatTarget) -> TurnDisplay:
@@ -170,9 +179,14 @@ class ChatController:
             except ImportError:
                 from .display import MarkdownDisplay as factory
             self._display_factory = factory
-        return self._display_factory(
-            display_id="nrs-" + uuid.uuid4().hex[:12], conversation=target.conversation
+        display: TurnDisplay = self._display_factory(
+            display_id="nrs-" + uuid.uuid4().hex[:12],
+            conversation=target.conversation,
+            live=not self.headless,
         )
+        # A background report of this conversation goes to its last display, which finds the card of
+        # the call that started the work (in whichever cell) before the report's continuation runs.
+        return display
 
     # -- stopping --------------------------------------------------------------------------------
 
@@ -240,8 +254,12 @@ def _is_demo(ref: str | None) -> bool:
     return bool(ref) and str(ref).startswith("scripted:")
 
 
+_demo_models: dict[str, Model] = {}
+
+
 def _demo_model() -> Model:
-    """The scripted demo model, answering from ``$NEURALIS_DEMO_SCRIPT`` (one reply a line)."""
+    """The scripted demo model, answering from ``$NEURALIS_DEMO_SCRIPT`` (one reply a line). One model
+    per script for the kernel's life: each chat cell takes the next replies, not the first ones again."""
     from ..providers.scripted import ScriptedModel
     from ..testing.fake_llm import load_script
 
@@ -250,4 +268,6 @@ def _demo_model() -> Model:
         raise ValueError(
             "the scripted demo model needs a script: set NEURALIS_DEMO_SCRIPT to a JSONL file of replies"
         )
-    return ScriptedModel(load_script(path))
+    if path not in _demo_models:
+        _demo_models[path] = ScriptedModel(load_script(path))
+    return _demo_models[path]

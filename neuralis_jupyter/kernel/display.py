@@ -3,7 +3,10 @@
 :class:`TurnDisplay` receives every runtime event and also answers approvals and questions (the
 widgets are the approver and the answerer). :class:`MarkdownDisplay` is the plain implementation: one
 Markdown output updated in place, readable in any frontend and in a saved notebook. The widget cards
-implement the same protocol.
+(:class:`neuralis_jupyter.kernel.cards.CardDisplay`) implement the same protocol.
+
+The controller builds a display as ``factory(display_id=..., conversation=..., live=...)``; ``live`` is
+false in a headless run, where nobody sees a widget or clicks one.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ __all__ = ["MarkdownDisplay", "TurnDisplay"]
 
 class TurnDisplay(Protocol):
     def handle(self, event: Any) -> None:
-        """A runtime event (including sub-agent events and background reports)."""
+        """A runtime event (including sub-agent events and background reports). Events keep coming
+        after :meth:`finish`: a background report and the turn it continues, after the cell ended."""
         ...
 
     async def ask(self, interaction: PendingInteraction) -> ApproverAnswer | None:
@@ -42,7 +46,7 @@ class TurnDisplay(Protocol):
 class MarkdownDisplay:
     """A text-only display: the answer and one line per tool call, in one Markdown output."""
 
-    def __init__(self, display_id: str, conversation: Any = None) -> None:
+    def __init__(self, display_id: str, conversation: Any = None, *, live: bool = True) -> None:
         from IPython.display import display
 
         self._id = display_id

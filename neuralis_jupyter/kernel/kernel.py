@@ -67,18 +67,18 @@ class NeuralisKernel(IPythonKernel):
                 cell_meta=cell_meta,
                 cell_id=cell_id,
             )
+        # IPython counts a cell when run_cell stores its history; a chat cell bypasses run_cell, so it
+        # counts itself (the frontend already showed this number, with the execute_input).
+        count = self.shell.execution_count
+        if store_history and not silent:
+            self.shell.execution_count += 1
         try:
             await self.chat.run(body)
         except Exception as exc:
-            return self._error_reply(exc)
-        return {
-            "status": "ok",
-            "execution_count": self.execution_count,
-            "payload": [],
-            "user_expressions": {},
-        }
+            return self._error_reply(exc, count)
+        return {"status": "ok", "execution_count": count, "payload": [], "user_expressions": {}}
 
-    def _error_reply(self, exc: BaseException) -> dict[str, Any]:
+    def _error_reply(self, exc: BaseException, count: int) -> dict[str, Any]:
         from ..providers.errors import CassetteMismatch
 
         name = type(exc).__name__
@@ -87,4 +87,4 @@ class NeuralisKernel(IPythonKernel):
             tb = [str(exc)]
         content = {"ename": name, "evalue": str(exc), "traceback": tb}
         self.send_response(self.iopub_socket, "error", content)
-        return {"status": "error", "execution_count": self.execution_count, **content}
+        return {"status": "error", "execution_count": count, **content}

@@ -119,7 +119,8 @@ def chat_transformer(lines: list[str]) -> list[str]:
     if not lines or not lines[0].lstrip().startswith("%%chat"):
         return lines
     message = "".join(lines[1:])
-    return [f"await get_ipython()._neuralis_chat.run({message!r})\n"]
+    # The trailing ';' keeps the turn's result object out of the cell's output.
+    return [f"await get_ipython()._neuralis_chat.run({message!r});\n"]
 
 
 def register(shell: Any) -> ChatController:

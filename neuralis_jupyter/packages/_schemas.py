@@ -1,7 +1,7 @@
 """The package-format JSON schemas, loaded on first use (never at import).
 
-``jsonschema`` itself is imported on first use too: it takes most of a second to import, and code that
-only reads an already-loaded package set should not pay for it.
+``jsonschema`` itself is imported on first use too (through :mod:`neuralis_jupyter._jsonschema`, which
+skips its costly optional IRI grammar): code that only reads a loaded package set should not pay for it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def load_schema(name: SchemaName) -> dict[str, Any]:
 
 @cache
 def validator(name: SchemaName) -> Draft202012Validator:
-    from jsonschema import Draft202012Validator
+    from .._jsonschema import jsonschema
+
+    Draft202012Validator = jsonschema().Draft202012Validator
 
     schema = load_schema(name)
     Draft202012Validator.check_schema(schema)
@@ -38,7 +40,9 @@ def validator(name: SchemaName) -> Draft202012Validator:
 
 def describe_errors(name: SchemaName, instance: object) -> str | None:
     """A one-line description of the most relevant schema violation, or None when ``instance`` is valid."""
-    from jsonschema.exceptions import best_match
+    from .._jsonschema import jsonschema
+
+    best_match = jsonschema().exceptions.best_match
 
     error = best_match(validator(name).iter_errors(instance))
     if error is None:
@@ -50,8 +54,10 @@ def describe_errors(name: SchemaName, instance: object) -> str | None:
 
 def check_json_schema(schema: object) -> str | None:
     """None when ``schema`` is a valid Draft 2020-12 schema, else a one-line reason."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
+    from .._jsonschema import jsonschema
+
+    Draft202012Validator = jsonschema().Draft202012Validator
+    SchemaError = jsonschema().exceptions.SchemaError
 
     try:
         Draft202012Validator.check_schema(schema)

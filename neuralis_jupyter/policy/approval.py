@@ -44,7 +44,11 @@ class InteractionResolution:
     reason: str | None
 
 
-def headless_refusal(interaction: PendingInteraction) -> str:
+#: What a headless ``neuralis chat`` user can change.
+CHAT_REMEDY = "rerun with --guard auto or allow it with a hook"
+
+
+def headless_refusal(interaction: PendingInteraction, remedy: str = CHAT_REMEDY) -> str:
     """Why nobody could approve ``interaction`` in a headless run, and what to change."""
     tool = interaction.tool_name
     if interaction.asked_by.startswith("hook:"):
@@ -55,15 +59,19 @@ def headless_refusal(interaction: PendingInteraction) -> str:
         )
     return (
         f"nobody can approve {tool} in a headless run: the guard profile is "
-        f"{interaction.guard_profile!r}; rerun with --guard auto or allow it with a hook"
+        f"{interaction.guard_profile!r}; {remedy}"
     )
 
 
 class HeadlessApprover:
-    """Refuses every ask at once: in a headless run there is nobody to click."""
+    """Refuses every ask at once: in a headless run there is nobody to click. ``remedy`` says what the
+    user of this host can change (a CLI flag, a notebook magic)."""
+
+    def __init__(self, remedy: str = CHAT_REMEDY) -> None:
+        self.remedy = remedy
 
     async def ask(self, interaction: PendingInteraction) -> ApproverAnswer | None:
-        return ApproverAnswer(approve=False, by="headless", reason=headless_refusal(interaction))
+        return ApproverAnswer(approve=False, by="headless", reason=headless_refusal(interaction, self.remedy))
 
 
 class DeferApprover:

@@ -20,8 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
+from .._jsonschema import jsonschema as load_jsonschema
 from ..contracts.access import has_feature
 from ..contracts.identity import SessionContext, SystemSession, is_sentinel, session_from_dict
 from ..runtime.permission import PolicyDecision
@@ -105,6 +104,7 @@ async def claim(
             f"the stored input of {interaction_id!r} is not JSON; it will not run", "input"
         ) from None
     schema = tool.input_schema
+    jsonschema = load_jsonschema()
     problem = jsonschema.exceptions.best_match(
         jsonschema.validators.validator_for(schema)(schema).iter_errors(stored)
     )

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
-from ._clients import loop_client
+from ._sdk import SDKModel
 from ._wire import parse_tool_input, plain
 from .base import (
     Message,
@@ -39,7 +39,7 @@ from .base import (
     UsageEvent,
 )
 from .errors import ModelCallFailed, ProviderError
-from .guard import blocked_cause, build_http_client, check_url
+from .guard import blocked_cause, check_url
 
 if TYPE_CHECKING:
     import anthropic
@@ -249,7 +249,7 @@ def _failure(exc: Exception, base_url: str) -> ProviderError:
     return ModelCallFailed(PROVIDER, f"{type(exc).__name__}: {exc}")
 
 
-class AnthropicModel:
+class AnthropicModel(SDKModel):
     """An Anthropic model; ``model_id`` is the API model id sent on the wire.
 
     ``request.model`` is not sent: the model is fixed at construction, as its prices are.
@@ -260,48 +260,13 @@ class AnthropicModel:
     ``catalog_id`` is the id the catalog prices it under, when that differs from the API id.
     """
 
-    def __init__(
-        self,
-        model_id: str,
-        *,
-        api_key: str,
-        base_url: str | None = None,
-        max_retries: int = 2,
-        timeout: float = 600.0,
-        catalog_id: str | None = None,
-    ) -> None:
-        self.api_model_id = model_id
-        self._catalog_id = catalog_id or model_id
-        self._api_key = api_key
-        self.base_url = base_url
-        self.max_retries = max_retries
-        self.timeout = timeout
+    PROVIDER = PROVIDER
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
 
-    @property
-    def provider(self) -> str:
-        return PROVIDER
-
-    @property
-    def model_id(self) -> str:
-        return self._catalog_id
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.api_model_id!r}, base_url={self.base_url!r})"
-
-    @property
-    def _client_key(self) -> tuple[object, ...]:
-        return (PROVIDER, self._api_key, self.base_url, self.max_retries, self.timeout)
-
-    def _client(self) -> anthropic.AsyncAnthropic:
+    def _sdk_class(self) -> type[anthropic.AsyncAnthropic]:
         import anthropic  # a second of import time: paid on the first model call, not at kernel start
 
-        return anthropic.AsyncAnthropic(
-            api_key=self._api_key,
-            base_url=self.base_url or DEFAULT_BASE_URL,
-            max_retries=self.max_retries,
-            timeout=self.timeout,
-            http_client=build_http_client(timeout=self.timeout),
-        )
+        return anthropic.AsyncAnthropic
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         base_url = self.base_url or DEFAULT_BASE_URL
@@ -312,7 +277,7 @@ class AnthropicModel:
         params = to_wire(request, self.api_model_id)
         parser = _Parser()
         try:
-            client = await loop_client(self._client_key, self._client)
+            client = await self.client()
             events = await client.messages.create(**params, stream=True)
             async with events:
                 async for event in events:

@@ -4,12 +4,18 @@ A cassette is a JSONL file. Its first line is a header; every later line is one 
 
     {"type": "step", "step": n, "fingerprint": sha256, "request": {...}, "events": [...]}
     {"type": "tool_result", "step": n, "tool_use_id": ..., "result": {...}}
+    {"type": "answer", "step": n, "key": "approval:<tool_use_id>" | "question:<tool_use_id>", "answer": {...}}
 
 Record mode wraps a live model: each model call appends a ``step`` line (the normalised request and the
 response events) and the runtime appends the ``tool_result`` lines it produced. Replay mode answers step
 ``n`` from the cassette after checking that the request matches the recorded one; a request that
 differs raises :class:`CassetteMismatch` with a unified diff. The results of tools that are not
 deterministic (a web fetch, a shell) come from the cassette too; deterministic tools run again.
+
+``answer`` lines hold what a person (or ``neuralis run --answer``) answered while recording: an
+approval (``{"approve": bool, "by": ..., "reason": ...}``) or a question's answer (``{"answer": [...]}``
+or ``null``). A headless replay answers the same call the same way (``neuralis_jupyter.kernel.headless``).
+Readers that predate them skip these lines.
 
 Normalisation makes a replay match across runs: values that legitimately change between runs (the
 conversation id, the request id, the data root, timestamps) are replaced by placeholders before
@@ -79,6 +85,7 @@ class Cassette:
         self._step = 0
         self._steps: list[dict[str, Any]] = []
         self._results: dict[str, dict[str, Any]] = {}
+        self._answers: dict[str, dict[str, Any]] = {}
         self.header: dict[str, Any] = {}
         if mode == "replay":
             self._load()
@@ -129,12 +136,16 @@ class Cassette:
                 self._steps.append(doc)
             elif kind == "tool_result":
                 self._results[doc["tool_use_id"]] = doc["result"]
+            elif kind == "answer":
+                self._answers[doc["key"]] = doc["answer"]
         if self.header.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a {FORMAT} cassette; re-record it")
 
     def _append(self, doc: Mapping[str, Any]) -> None:
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, ensure_ascii=False, sort_keys=True) + "\n")
+            # Requests are already normalised (sorted); events keep the model's order (a tool input
+            # replays with its keys as the model wrote them).
+            fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
 
     def write_header(self, *, provider: str, model_id: str, note: str | None = None) -> None:
         if self.mode == "record" and not self.header:
@@ -195,6 +206,22 @@ class Cassette:
             self._append(
                 {"type": "tool_result", "step": self._step, "tool_use_id": tool_use_id, "result": block}
             )
+
+    # -- recorded answers (approvals and questions) ----------------------------------------------
+
+    def recorded_answer(self, key: str) -> dict[str, Any] | None:
+        """The answer recorded under ``key`` (``approval:<tool_use_id>``, ``question:<tool_use_id>``)."""
+        return self._answers.get(key) if self.mode == "replay" else None
+
+    def record_answer(self, key: str, answer: Mapping[str, Any]) -> None:
+        if self.mode == "record":
+            self._answers[key] = dict(answer)
+            self._append({"type": "answer", "step": self._step, "key": key, "answer": dict(answer)})
+
+    @property
+    def answer_keys(self) -> frozenset[str]:
+        """The keys of every answer on the cassette (recorded so far, in record mode)."""
+        return frozenset(self._answers)
 
 
 def _event(doc: Mapping[str, Any]) -> ModelEvent:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
-from ._clients import loop_client
+from ._sdk import SDKModel
 from ._wire import parse_tool_input, plain
 from .base import (
     Message,
@@ -39,7 +39,7 @@ from .base import (
 )
 from .credentials import PROVIDER_KEYS
 from .errors import ModelCallFailed, ProviderError
-from .guard import blocked_cause, build_http_client, check_url
+from .guard import blocked_cause, check_url
 
 if TYPE_CHECKING:
     import openai
@@ -232,7 +232,7 @@ def _failure(exc: Exception, base_url: str) -> ProviderError:
     return ModelCallFailed(PROVIDER, f"{type(exc).__name__}: {exc}")
 
 
-class OpenAIModel:
+class OpenAIModel(SDKModel):
     """A model behind the OpenAI Chat Completions API; ``model_id`` is the id sent on the wire.
 
     ``request.model`` is not sent: the model is fixed at construction, as its prices are.
@@ -240,48 +240,13 @@ class OpenAIModel:
     ``/v1``). ``catalog_id`` is the id the catalog prices it under, when that differs.
     """
 
-    def __init__(
-        self,
-        model_id: str,
-        *,
-        api_key: str,
-        base_url: str | None = None,
-        max_retries: int = 2,
-        timeout: float = 600.0,
-        catalog_id: str | None = None,
-    ) -> None:
-        self.api_model_id = model_id
-        self._catalog_id = catalog_id or model_id
-        self._api_key = api_key
-        self.base_url = base_url
-        self.max_retries = max_retries
-        self.timeout = timeout
+    PROVIDER = PROVIDER
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
 
-    @property
-    def provider(self) -> str:
-        return PROVIDER
-
-    @property
-    def model_id(self) -> str:
-        return self._catalog_id
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel({self.api_model_id!r}, base_url={self.base_url!r})"
-
-    @property
-    def _client_key(self) -> tuple[object, ...]:
-        return (PROVIDER, self._api_key, self.base_url, self.max_retries, self.timeout)
-
-    def _client(self) -> openai.AsyncOpenAI:
+    def _sdk_class(self) -> type[openai.AsyncOpenAI]:
         import openai  # a second of import time: paid on the first model call, not at kernel start
 
-        return openai.AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.base_url or DEFAULT_BASE_URL,
-            max_retries=self.max_retries,
-            timeout=self.timeout,
-            http_client=build_http_client(timeout=self.timeout),
-        )
+        return openai.AsyncOpenAI
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         base_url = self.base_url or DEFAULT_BASE_URL
@@ -292,7 +257,7 @@ class OpenAIModel:
         params = to_wire(request, self.api_model_id, base_url=base_url)
         parser = _Parser()
         try:
-            client = await loop_client(self._client_key, self._client)
+            client = await self.client()
             chunks = await client.chat.completions.create(**params, stream=True)
             async with chunks:
                 async for chunk in chunks:

@@ -36,7 +36,9 @@ _validators: dict[int, Any] = {}
 
 
 def _validate(tool: Tool, value: Mapping[str, Any]) -> str | None:
-    import jsonschema  # lazily: it costs the kernel's start-up most of a second
+    from .._jsonschema import jsonschema as _load
+
+    jsonschema = _load()  # lazily and without its IRI grammar: see neuralis_jupyter._jsonschema
 
     validator = _validators.get(id(tool.input_schema))
     if validator is None:

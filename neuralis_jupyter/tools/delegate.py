@@ -26,6 +26,7 @@ from ..contracts import refusals
 from ..contracts.identity import SessionContext
 from ..packages import render_placeholders
 from ..runtime import StaticPrompt, ToolContext, ToolOutput, ToolRegistry
+from ..runtime.events import BackgroundReport
 from ..runtime.subagents import ChildRun, child_registry, run_child
 from .environment import ToolEnvironment
 
@@ -243,7 +244,8 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
             await asyncio.to_thread(ctx.request.conversation.append, report)
             cont = env.services.get("continue")
             if cont is not None:
-                await cont(session, ctx.request.conversation, report)
+                event = BackgroundReport(shell_id=run.run_id, exit_code=None, text=text)
+                await cont(session, ctx.request.conversation, event)
 
         runs: BackgroundDelegates = env.services.setdefault(
             "delegates", BackgroundDelegates(limit=settings.max_background)

@@ -245,7 +245,6 @@ async def native(
     import anthropic
     import httpx2
 
-    from ..providers._clients import loop_client
     from ..providers.anthropic import _Parser
     from ..providers.errors import ProviderError
     from ..providers.guard import check_url
@@ -257,7 +256,7 @@ async def native(
     tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": max_uses}
     try:
         check_url(model.base_url or DEFAULT_BASE_URL)
-        client = await loop_client(model._client_key, model._client)
+        client = await model.client()
         events = await client.messages.create(
             model=model.api_model_id,
             max_tokens=max_tokens,

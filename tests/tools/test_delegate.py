@@ -254,8 +254,8 @@ def test_background_child_reports_back(bench):
     first = results(target.conversation)["d1"]
     assert "in the background as run" in first["content"]
     assert len(continued) == 1
-    report = continued[0]["content"][0]
-    assert report["type"] == "delegate_report"
-    assert report["text"].startswith("background child finished")
+    report = continued[0]
+    assert report.type == "background_report"
+    assert report.text.startswith("background child finished")
     rows = target.conversation.read_all()
     assert rows[-1]["content"][0]["type"] == "delegate_report"
