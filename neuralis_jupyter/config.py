@@ -69,6 +69,15 @@ class NeuralisSettings(Configurable):
         ),
     ).tag(config=True)
 
+    trusted_packages = List(
+        Unicode(),
+        help=(
+            "Ids of installed or folder packages the operator trusts. A package's manifest may ask for "
+            "'trusted'; it gets it only when listed here, else it loads 'untrusted' (no write, code "
+            "execution or egress tools). The builtin agent-core is first-party regardless."
+        ),
+    ).tag(config=True)
+
     guard = Enum(
         ["safe", "balanced", "auto"],
         default_value=None,

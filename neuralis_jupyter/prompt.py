@@ -41,7 +41,11 @@ def guard_overlay(profile: str) -> str:
 
 @dataclass(kw_only=True)
 class AssembledPrompt:
-    """A :class:`~neuralis_jupyter.runtime.PromptBuilder` over identity files and packages."""
+    """A :class:`~neuralis_jupyter.runtime.PromptBuilder` over identity files and packages.
+
+    :meth:`static` reads the identity files (blocking I/O): the runtime calls it once per turn, in a
+    worker thread.
+    """
 
     identity_files: Sequence[Path]
     packages: PackageSet

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 
 from .config import NeuralisSettings, load_settings
-from .contracts.agent_access import can_read_agent
+from .contracts.agent_access import can_open_conversation, can_read_agent
 from .contracts.identity import SessionContext, create_system_session
 from .packages import AGENT_CORE_ID, PackageLoader, PackageSet
 from .policy import (
@@ -92,19 +92,22 @@ class Workbench:
         return self.store.projects.session_for(user_id, project_id)
 
     def agent(self, session: SessionContext, agent_id: str | None = None) -> AgentRecord:
+        """The agent the caller talks to. The project's default agent is everyone's in the project:
+        it is provisioned on first use for the project's owner, and every member may use it."""
         project = self.store.projects.get(session.project_id)
-        wanted = agent_id or project.default_agent or self.settings.default_agent
+        default_id = project.default_agent or self.settings.default_agent
+        wanted = agent_id or default_id
         try:
             record = self.store.agents.get(session.project_id, wanted)
         except NotFound:
-            if agent_id is not None and agent_id != (project.default_agent or self.settings.default_agent):
-                raise AgentNotVisible(agent_id) from None
-            # The project's default agent is provisioned on first use, by the platform, for this user.
-            provisioner = create_system_session("bootstrap", "agent-core", session)
+            if wanted != default_id:
+                raise AgentNotVisible(wanted) from None
+            owner = SessionContext(user_id=project.owner_id, project_id=project.id)
+            provisioner = create_system_session("bootstrap", "agent-core", owner)
             record = self.store.agents.create(
                 provisioner, name=wanted.replace("-", " ").title(), agent_id=wanted
             )
-        if not can_read_agent(session, record.id, created_by=record.created_by):
+        if record.id != default_id and not can_read_agent(session, record.id, created_by=record.created_by):
             raise AgentNotVisible(record.id)
         return record
 
@@ -116,12 +119,16 @@ class Workbench:
         agent_id: str | None = None,
         conversation_id: str | None = None,
     ) -> ChatTarget:
+        """Who talks to which agent in which conversation. A conversation the caller may not open
+        answers exactly like one that does not exist."""
         session = self.session(user_id, project_id)
         agent = self.agent(session, agent_id)
         if conversation_id:
             conversation = self.store.conversations.find(
                 project_id=session.project_id, agent_id=agent.id, conversation_id=conversation_id
             )
+            if not can_open_conversation(session, owner=conversation.read_meta()["user_id"]):
+                raise NotFound("conversation", conversation_id)
         else:
             conversation = self.store.conversations.create(
                 project_id=session.project_id, agent_id=agent.id, user_id=session.user_id
@@ -306,8 +313,14 @@ class Workbench:
         self._last_turns[target.conversation.id] = _TurnSetup(
             model=model, guard=live, approver=approver, tape=tape, on_event=on_event
         )
-        engine, source = self.policy(target, guard=live, approver=approver)
+
+        def setup() -> tuple[PolicyEngine, ToolRegistry, AssembledPrompt]:
+            # File and SQL reads (packages on first use, project settings, identity files): in a thread.
+            engine, source = self.policy(target, guard=live, approver=approver)
+            return engine, self.tools(target), self.prompt(target, source)
+
         async with self._lock(target.conversation.id):
+            engine, tools, prompt = await asyncio.to_thread(setup)
             history = await compact.history_transform(target.conversation)
             await asyncio.to_thread(self.store.tickets.open_stream, session)
             try:
@@ -315,10 +328,10 @@ class Workbench:
                     session=session,
                     conversation=target.conversation,
                     model=model,
-                    tools=self.tools(target),
+                    tools=tools,
                     message=message,
                     mode=mode,
-                    prompt=self.prompt(target, source),
+                    prompt=prompt,
                     permission=engine,
                     policy=engine,
                     stop=stop or self.stop_signal(target),
@@ -340,7 +353,8 @@ class Workbench:
             return
         if setup.on_event is not None:
             setup.on_event(report)  # e.g. the kernel's card for the shell that reported
-        target = self.target(
+        target = await asyncio.to_thread(
+            self.target,
             session.user_id,
             project_id=session.project_id,
             agent_id=session.agent_id,

@@ -61,7 +61,14 @@ def chat(site, fake_llm, *args):
         "ANTHROPIC_API_KEY": "sk-test",
         "ANTHROPIC_BASE_URL": fake_llm.anthropic_base_url,
         "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        # The operator trusts the notes package: an untrusted one may not declare a write tool at all.
+        "JUPYTER_NO_CONFIG": "",
+        "JUPYTER_CONFIG_DIR": str(site / "cfg"),
     }
+    (site / "cfg").mkdir(exist_ok=True)
+    (site / "cfg" / "jupyter_neuralis_config.json").write_text(
+        json.dumps({"NeuralisSettings": {"trusted_packages": ["notes"]}})
+    )
     return subprocess.run(
         [sys.executable, "-m", "neuralis_jupyter.cli", "chat", "--json", *args],
         capture_output=True,

@@ -65,7 +65,12 @@ def test_doctor_reports_without_leaking_keys(neuralis_home):
     out = result.stdout
     assert f"data root:      {neuralis_home}" in out
     assert f"sqlite:///{neuralis_home / 'neuralis.db'}" in out
-    assert f"schema version: {len(MIGRATIONS)} (0 pending)" in out
+    # A fresh data root: nothing applied yet, every migration pending, then applied by doctor.
+    assert f"schema version: 0 ({len(MIGRATIONS)} pending)" in out
+    assert "migrated:       m001_usage_events, m002_audit_events" in out
+    again = neuralis("doctor").stdout
+    assert f"schema version: {len(MIGRATIONS)} (0 pending)" in again
+    assert "migrated:" not in again
     assert "anthropic: credentials found (ANTHROPIC_API_KEY)" in out
     assert "openai:    no key (set OPENAI_API_KEY)" in out
     assert "very-secret" not in out + result.stderr

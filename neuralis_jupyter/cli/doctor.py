@@ -22,14 +22,19 @@ def _safe_url(url: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..config import load_settings
     from ..store import Store
-    from ..store.migrations import pending_migrations, schema_version
+    from ..store.migrations import migrate, pending_migrations, schema_version
+    from ..store.sql import open_engine
 
     settings = load_settings()
     store = Store(settings)
     print(f"data root:      {settings.data_root}")
     print(f"store:          {_safe_url(settings.store_url)}")
-    engine = store.engine
-    print(f"schema version: {schema_version(engine)} ({len(pending_migrations(engine))} pending)")
+    # The schema as found, before anything migrates it (opening the Store's engine would).
+    engine = open_engine(settings.store_url)
+    pending = pending_migrations(engine)
+    print(f"schema version: {schema_version(engine)} ({len(pending)} pending)")
+    if pending:
+        print(f"migrated:       {', '.join(migrate(engine))}")
     from ..providers.credentials import PROVIDER_KEYS, has_credentials
     from ..providers.errors import ProviderError
     from ..store.projects import DEFAULT_PROJECT_ID

@@ -228,7 +228,8 @@ def _kernel_env(
     args: argparse.Namespace, path: Path, mode: str, *, cassette: Path, recording: Path, answers_env: str
 ) -> dict[str, str]:
     """This process's environment, headless, with the run's cassette, model, answers and data root."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURALIS_CASSETTE")}
+    # Answers and cassettes come only from this command line, never from an inherited environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURALIS_CASSETTE") and k != answers_env}
     env["NEURALIS_HEADLESS"] = "1"
     if args.home:
         env["NEURALIS_HOME"] = str(args.home.expanduser().resolve())

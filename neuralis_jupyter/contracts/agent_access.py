@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from .identity import SessionContext, SystemSession
 
-__all__ = ["can_assign_agent_role", "can_read_agent", "can_write_agent", "owns_agent"]
+__all__ = [
+    "CONVERSATION_OVERSIGHT_PRIORITY",
+    "can_assign_agent_role",
+    "can_open_conversation",
+    "can_read_agent",
+    "can_write_agent",
+    "owns_agent",
+]
+
+#: Roles at least this strong (the default admin tier) may open other members' conversations.
+CONVERSATION_OVERSIGHT_PRIORITY = 10
 
 
 def owns_agent(session: SessionContext, agent_id: str, *, created_by: str | None) -> bool:
@@ -51,3 +61,13 @@ def can_assign_agent_role(session: SessionContext, role_priority: int) -> bool:
     if session.priority is None:
         return isinstance(session, SystemSession)
     return role_priority >= session.priority
+
+
+def can_open_conversation(session: SessionContext, *, owner: str) -> bool:
+    """A conversation is its creator's (a fork is its forker's): another member neither reads nor
+    continues it, unless their role is at least as strong as the admin tier."""
+    if isinstance(session, SystemSession):
+        return True
+    if session.user_id == owner:
+        return True
+    return session.priority is not None and session.priority <= CONVERSATION_OVERSIGHT_PRIORITY

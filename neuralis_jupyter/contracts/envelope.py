@@ -15,6 +15,7 @@ from typing import Literal
 __all__ = [
     "ALL",
     "CONSENT_EFFECTS",
+    "EGRESS",
     "EGRESS_EXTERNAL",
     "Authorization",
     "BudgetKind",
@@ -25,10 +26,14 @@ __all__ = [
     "ToolFacts",
     "authorize_tool_invocation",
     "budget_exhausted",
+    "effect_kind",
+    "effect_kinds",
     "effects_require_consent",
 ]
 
 ALL: Literal["all"] = "all"
+#: The kind of every effect that sends data out: ``egress`` itself and every ``egress:<where>`` spelling.
+EGRESS = "egress"
 #: The declared effect of a tool that sends data outside the platform (exfiltration-shaped).
 EGRESS_EXTERNAL = "egress:external"
 Access = Literal["read", "write"]
@@ -111,13 +116,28 @@ def authorize_tool_invocation(tool: ToolFacts, envelope: Envelope) -> Authorizat
     )
 
 
-#: Effects that make even a declared read a consent question: it sends data out, runs code or destroys.
-CONSENT_EFFECTS: frozenset[str] = frozenset({EGRESS_EXTERNAL, "exec", "destructive"})
+def effect_kind(effect: str) -> str:
+    """The kind the policy judges a declared effect by: trimmed and lower-cased, with every egress
+    spelling (``egress``, ``egress:external``, ``egress:internet``, ...) folded to :data:`EGRESS`.
+
+    The one fold behind consent, the guard's floors and the deny arms, so no spelling slips past one.
+    """
+    kind = effect.strip().lower()
+    return EGRESS if kind == EGRESS or kind.startswith(EGRESS + ":") else kind
+
+
+def effect_kinds(effects: Iterable[str]) -> frozenset[str]:
+    return frozenset(map(effect_kind, effects))
+
+
+#: Effect kinds that make even a declared read a consent question: it sends data out, runs code or
+#: destroys.
+CONSENT_EFFECTS: frozenset[str] = frozenset({EGRESS, "exec", "destructive"})
 
 
 def effects_require_consent(effects: Iterable[str]) -> bool:
-    """True for effects that need the user's consent even on a read (external egress, exec, destruction)."""
-    return not CONSENT_EFFECTS.isdisjoint(effects)
+    """True for effects that need the user's consent even on a read (any egress, exec, destruction)."""
+    return not CONSENT_EFFECTS.isdisjoint(effect_kinds(effects))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,12 @@ __all__ = ["ChatController"]
 
 class ChatController:
     def __init__(self, shell: Any) -> None:
+        from ..store.projects import local_user_id
+
         self.shell = shell
+        # Who this kernel acts for, fixed when it starts: a cell that edits os.environ later must not
+        # turn the next turn into someone else's.
+        self._user_id = local_user_id()
         self.project_id: str | None = None
         self.agent_id: str | None = None
         self.conversation_id: str | None = None
@@ -62,9 +67,7 @@ class ChatController:
 
     @property
     def user_id(self) -> str:
-        from ..store.projects import local_user_id
-
-        return local_user_id()
+        return self._user_id
 
     def target(self) -> ChatTarget:
         """The current chat target; the first call creates the conversation and keeps it."""
@@ -127,8 +130,9 @@ class ChatController:
         from ..runtime.events import TurnSettled
 
         bench = self.bench
-        target = self.target()
-        model = self.model(target)
+        # The store, the project and the credentials are files and SQL: read them off the event loop.
+        target = await asyncio.to_thread(self.target)
+        model = await asyncio.to_thread(self.model, target)
         cassette = self.cassette
         if cassette is not None:
             cassette.volatile_value(target.conversation.id, "conversation_id")
@@ -187,6 +191,11 @@ class ChatController:
         # A background report of this conversation goes to its last display, which finds the card of
         # the call that started the work (in whichever cell) before the report's continuation runs.
         return display
+
+    async def aclose(self) -> None:
+        """Stop background shells and sub-agents (the kernel is shutting down)."""
+        if self._bench is not None:
+            await self._bench.aclose()
 
     # -- stopping --------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ replay see the same tool result.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ __all__ = [
     "headless_answerers",
     "parse_answers",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The kernel's environment variable holding ``neuralis run --answer`` values (a JSON list of strings).
 ANSWERS_ENV = "NEURALIS_ANSWERS"
@@ -110,6 +113,10 @@ def _replaying(cassette: Cassette | None) -> bool:
     return cassette is not None and cassette.mode == "replay"
 
 
+def _same_call(doc: Mapping[str, Any], interaction: PendingInteraction) -> bool:
+    return doc.get("tool") == interaction.tool_name and doc.get("input_hash") == interaction.input_hash
+
+
 class RecordedApprover:
     """The approver of a headless turn (see the module docstring for the order of answers)."""
 
@@ -123,7 +130,13 @@ class RecordedApprover:
         if _replaying(self._cassette):
             assert self._cassette is not None
             doc = self._cassette.recorded_answer(key)
-            if doc is None:
+            if doc is None or not _same_call(doc, interaction):
+                # An approval is bound to the call it was given for: the tool and the hash of the
+                # validated input. A cassette cannot approve a different call that reuses the id.
+                if doc is not None:
+                    log.warning(
+                        "the recorded approval of %s is for another call; not used", interaction.tool_use_id
+                    )
                 return await self._fallback.ask(interaction)
             return ApproverAnswer(
                 approve=bool(doc.get("approve")), by=str(doc.get("by") or GIVEN_BY), reason=doc.get("reason")
@@ -133,7 +146,16 @@ class RecordedApprover:
             return await self._fallback.ask(interaction)
         reason = None if approve else f"denied by {GIVEN_BY}"
         if self._cassette is not None:
-            self._cassette.record_answer(key, {"approve": approve, "by": GIVEN_BY, "reason": reason})
+            self._cassette.record_answer(
+                key,
+                {
+                    "approve": approve,
+                    "by": GIVEN_BY,
+                    "reason": reason,
+                    "tool": interaction.tool_name,
+                    "input_hash": interaction.input_hash,
+                },
+            )
         return ApproverAnswer(approve=approve, by=GIVEN_BY, reason=reason)
 
 

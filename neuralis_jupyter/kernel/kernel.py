@@ -78,6 +78,11 @@ class NeuralisKernel(IPythonKernel):
             return self._error_reply(exc, count)
         return {"status": "ok", "execution_count": count, "payload": [], "user_expressions": {}}
 
+    async def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        # What outlives turns (background shells and sub-agents) must not outlive the kernel.
+        await self.chat.aclose()
+        return super().do_shutdown(restart)
+
     def _error_reply(self, exc: BaseException, count: int) -> dict[str, Any]:
         from ..providers.errors import CassetteMismatch
 

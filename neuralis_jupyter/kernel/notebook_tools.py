@@ -15,10 +15,13 @@ import traceback
 from typing import Any
 
 from ..runtime import Tool, ToolOutput
+from ..runtime.tools import AGENT_CORE_ID
 
 __all__ = ["MAX_OUTPUT_CHARS", "notebook_tools"]
 
 MAX_OUTPUT_CHARS = 10_000
+#: The kernel's own tools are first-party code: they are trusted as the builtin package is.
+KERNEL_TOOLS_PACKAGE = AGENT_CORE_ID
 _REPR_CHARS = 120
 
 PYTHON_SCHEMA: dict[str, Any] = {
@@ -130,6 +133,7 @@ def notebook_tools(shell: Any) -> list[Tool]:
             access="write",
             effects=frozenset({"exec"}),
             attested=True,
+            package_id=KERNEL_TOOLS_PACKAGE,
         ),
         Tool(
             name="variables",
@@ -138,5 +142,6 @@ def notebook_tools(shell: Any) -> list[Tool]:
             handler=variables,
             access="read",
             attested=True,
+            package_id=KERNEL_TOOLS_PACKAGE,
         ),
     ]

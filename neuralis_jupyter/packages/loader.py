@@ -27,8 +27,8 @@ import importlib.metadata
 import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,12 +71,19 @@ class PackageLoader:
         roots: Sequence[Path | str] = (),
         entry_points: bool = True,
         entry_point_group: str = ENTRY_POINT_GROUP,
+        trusted: Collection[str] = (),
     ) -> None:
-        """``builtin_root=None`` loads no builtin package (the shipped one: ``builtin_package_dir``)."""
+        """``builtin_root=None`` loads no builtin package (the shipped one: ``builtin_package_dir``).
+
+        A package's manifest may ask for ``trusted``; it gets it only when the operator lists its id in
+        ``trusted``. Otherwise it loads as ``untrusted``: the trust ceiling keeps writes, code execution
+        and egress from it. A package cannot grant itself authority.
+        """
         self.builtin_root = builtin_root
         self.roots = tuple(Path(r).expanduser() for r in roots)
         self.entry_points = entry_points
         self.entry_point_group = entry_point_group
+        self.trusted = frozenset(trusted)
 
     @classmethod
     def from_settings(cls, settings: NeuralisSettings, *, entry_points: bool = True) -> PackageLoader:
@@ -85,10 +92,11 @@ class PackageLoader:
             builtin_root=builtin_package_dir("agent-core"),
             roots=list(settings.package_roots),
             entry_points=entry_points,
+            trusted=list(settings.trusted_packages),
         )
 
     def load(self) -> PackageSet:
-        run = _LoadRun()
+        run = _LoadRun(self.trusted)
         if self.builtin_root is not None:
             run.add(self.builtin_root, source="builtin", builtin=True)
         for root in self.roots:
@@ -125,7 +133,8 @@ class PackageLoader:
 class _LoadRun:
     """The state of one ``load()``: outcomes so far and the names they took."""
 
-    def __init__(self) -> None:
+    def __init__(self, trusted: frozenset[str]) -> None:
+        self.trusted = trusted
         self.outcomes: list[LoadedPackage | RefusedPackage] = []
         self.plugins: list[tuple[str, _Plugin]] = []
         self._taken: dict[tuple[str, str], str] = {}
@@ -139,7 +148,7 @@ class _LoadRun:
 
     def add(self, folder: Path, *, source: str, builtin: bool, plugin: _Plugin | None = None) -> None:
         try:
-            package = _read(folder, source=source, builtin=builtin)
+            package = _read(folder, source=source, builtin=builtin, trusted=self.trusted)
             if plugin is not None:
                 declared = {t.name for t in package.contributions.tools}
                 stray = sorted(set(plugin.handlers) - declared)
@@ -188,8 +197,10 @@ class _LoadRun:
         return None
 
 
-def _read(folder: Path, *, source: str, builtin: bool) -> LoadedPackage:
+def _read(folder: Path, *, source: str, builtin: bool, trusted: frozenset[str]) -> LoadedPackage:
     manifest = load_manifest(folder, builtin=builtin)
+    if not builtin and manifest.trust == "trusted" and manifest.id not in trusted:
+        manifest = replace(manifest, trust="untrusted")
     contributions = discover(
         folder,
         package_id=manifest.id,
@@ -198,9 +209,12 @@ def _read(folder: Path, *, source: str, builtin: bool) -> LoadedPackage:
     )
     notes = list(contributions.warnings)
     if manifest.clamped:
-        notes.insert(
-            0, f"claims {manifest.declared_trust} trust; clamped to {manifest.trust} (not the builtin)"
+        why = (
+            "not the builtin"
+            if manifest.trust == "trusted"
+            else "not listed in c.NeuralisSettings.trusted_packages"
         )
+        notes.insert(0, f"claims {manifest.declared_trust} trust; clamped to {manifest.trust} ({why})")
     return LoadedPackage(
         manifest=manifest, contributions=contributions, root=folder, source=source, notes=tuple(notes)
     )

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from ..contracts.identity import SessionContext
-from ..runtime.tools import Handler, Tool, ToolRegistry
+from ..runtime.tools import AGENT_CORE_ID, Handler, Tool, ToolRegistry
 from .api import AgentCoreApi, AgentDirectory, PackageApi, require_cross_package_session
 from .discovery import AgentDecl, PromptFile, SkillDecl, ToolDecl
 from .errors import HandlerBindingError, PackageApiUnavailable, UnknownPackage
@@ -28,8 +28,6 @@ from .visibility import HealthEntry, LoadedPackage, RefusedPackage, VisiblePacka
 __all__ = ["AGENT_CORE_ID", "PackageSet"]
 
 log = logging.getLogger(__name__)
-
-AGENT_CORE_ID = "@neuralis/agent-core"
 
 
 class PackageSet:

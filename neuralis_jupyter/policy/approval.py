@@ -5,23 +5,34 @@ approve or deny, or with ``None`` ("not now": the interaction stays pending and 
 out of band). It never supplies arguments: the only input that can ever run is the stored one. The
 kernel supplies a widget approver; headless runs (``neuralis chat``, a scheduled turn) use
 :class:`HeadlessApprover`, whose refusal says which profile or hook asked and how to change it.
+
+An ask whose turn is stopped while it waits is :func:`withdraw`-n: expired, so that no later approval
+can run a call the user walked away from.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..store.interactions import InteractionStatus, PendingInteraction
+from ..store.interactions import InteractionConflict, InteractionStatus, InteractionStore, PendingInteraction
 
 __all__ = [
+    "WITHDRAWN",
     "Approver",
     "ApproverAnswer",
     "DeferApprover",
     "HeadlessApprover",
     "InteractionResolution",
     "headless_refusal",
+    "withdraw",
 ]
+
+log = logging.getLogger(__name__)
+#: The reason an ask is expired when its turn is stopped while it waits.
+WITHDRAWN = "the turn was stopped while the call waited for approval"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,3 +90,19 @@ class DeferApprover:
 
     async def ask(self, interaction: PendingInteraction) -> ApproverAnswer | None:
         return None
+
+
+async def withdraw(store: InteractionStore, interaction_id: str) -> bool:
+    """Expire a PENDING ask (a compare-and-set: an answer that came first stands); whether it moved.
+
+    The update runs in a worker thread, so it completes even if the caller is cancelled again meanwhile.
+    A failure is logged: the ask then stays pending.
+    """
+    try:
+        await asyncio.to_thread(store.withdraw, interaction_id, reason=WITHDRAWN)
+    except InteractionConflict:
+        return False
+    except Exception:
+        log.exception("could not expire interaction %s; it stays pending", interaction_id)
+        return False
+    return True

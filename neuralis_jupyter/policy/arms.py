@@ -12,7 +12,8 @@ They run on EVERY call after the envelope, in this order, and the first that den
 5. ``feature_gate``   the tool's ``requires.features`` (:func:`meets_requires`); answered generically
                       (``Tool not available: <name>``) so a gated tool's existence does not leak.
 
-The guard profile and the hooks come after, and only decide allow-versus-ask.
+A PreToolUse hook's deny comes right after them, on every call too; the guard profile and the hooks'
+allow or ask come later, for writes and consent reads only, and decide allow-versus-ask.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..contracts.access import has_feature, meets_requires
+from ..contracts.envelope import EGRESS, effect_kinds
 from ..contracts.identity import SessionContext
 from ..runtime.permission import PolicyDecision
-from ..runtime.tools import Tool
+from ..runtime.tools import AGENT_CORE_ID, Tool
 from .guard import EXEC
 
 __all__ = [
@@ -66,13 +68,13 @@ DEFAULT_TRUST_CEILINGS: Mapping[TrustTier, TrustCeiling] = {
     "trusted": TrustCeiling(
         may_write=True, forbidden_effects=frozenset({EXEC}), allowlistable=frozenset({EXEC})
     ),
-    "untrusted": TrustCeiling(may_write=False, forbidden_effects=frozenset({EXEC, "egress", "destructive"})),
+    "untrusted": TrustCeiling(may_write=False, forbidden_effects=frozenset({EXEC, EGRESS, "destructive"})),
 }
 
 
 def builtin_trust(package_id: str) -> TrustTier:
     """The default :data:`TrustOf`: only the builtin agent-core package is first-party."""
-    return "first-party" if package_id in ("agent-core", "@neuralis/agent-core") else "untrusted"
+    return "first-party" if package_id in ("agent-core", AGENT_CORE_ID) else "untrusted"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,11 +111,6 @@ def _any(name: str, globs: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in globs)
 
 
-def _kinds(effects: Iterable[str]) -> set[str]:
-    """Effects with every ``egress:*`` folded to ``egress`` (the deny arms treat all egress alike)."""
-    return {"egress" if e == "egress" or e.startswith("egress:") else e for e in effects}
-
-
 def _blocklist(tool: Tool, session: SessionContext, config: PolicyConfig, trust: TrustTier) -> str | None:
     return "it is on the project's blocklist" if _any(tool.name, config.blocklist) else None
 
@@ -124,7 +121,7 @@ def _trust_ceiling(tool: Tool, session: SessionContext, config: PolicyConfig, tr
         return f"package {tool.package_id!r} has no trust ceiling for tier {trust!r}"
     if tool.access == "write" and not ceiling.may_write:
         return f"package {tool.package_id!r} is {trust} and may not declare write tools"
-    over = _kinds(tool.effects) & ceiling.forbidden_effects
+    over = effect_kinds(tool.effects) & ceiling.forbidden_effects
     if over and _any(f"{tool.package_id}/{tool.name}", config.ceiling_allowlist):
         over -= ceiling.allowlistable
     if over:
@@ -133,14 +130,14 @@ def _trust_ceiling(tool: Tool, session: SessionContext, config: PolicyConfig, tr
 
 
 def _capability(tool: Tool, session: SessionContext, config: PolicyConfig, trust: TrustTier) -> str | None:
-    kinds = _kinds(tool.effects)
+    kinds = effect_kinds(tool.effects)
     if tool.access == "write" and not has_feature(session, "core.execute"):
         return "it writes, and your role lacks core.execute"
     if EXEC in kinds and not (
         has_feature(session, "exec.container") or has_feature(session, "exec.unconfined")
     ):
         return "it executes code, and your role lacks exec.container"
-    if "egress" in kinds and not has_feature(session, "core.web"):
+    if EGRESS in kinds and not has_feature(session, "core.web"):
         return "it reaches outside the platform, and your role lacks core.web"
     return None
 

@@ -1,10 +1,12 @@
 """The PolicyEngine: one object behind both runtime seams of a turn.
 
-- ``policy=engine``: :meth:`PolicyEngine.check` runs the deny arms (:mod:`.arms`) on EVERY call.
+- ``policy=engine``: :meth:`PolicyEngine.check` runs the deny arms (:mod:`.arms`) on EVERY call, then
+  the PreToolUse hooks, of which only a ``deny`` counts there: a hook can refuse any call, plain reads
+  and intrinsic tools included.
 - ``permission=engine``: :meth:`PolicyEngine.__call__` decides allow / deny / ask for the calls the
   runtime asks about (non-intrinsic writes, consent-requiring reads): PreToolUse hooks first (an
   explicit ``ask`` from a hook asks even under ``auto``: an admin's or project's policy beats the
-  profile), then the LIVE guard profile (:mod:`.guard`).
+  profile), then the LIVE guard profile (:mod:`.guard`). A plain read never asks, whatever a hook says.
 
 An ask persists a pending interaction (the validated input and its hash), puts it to the
 :class:`~.approval.Approver`, and on approval runs the SAME replay path as an out-of-band approval
@@ -12,9 +14,10 @@ An ask persists a pending interaction (the validated input and its hash), puts i
 :meth:`resolve` and :meth:`replay` are that out-of-band path for a route or a restarted process. Every
 decision is audited (:mod:`.audit`).
 
-Pass the SAME engine as ``policy=`` and ``permission=``: the permission side finds the tool (for the
-replay's feature-gate re-check) from the check that ran just before it, and refuses an ask it cannot
-re-check.
+Pass the SAME engine as ``policy=`` and ``permission=``: the permission side reuses the hooks' verdict
+of the check that ran just before it (a hook is asked once per call), and refuses an ask it cannot
+re-check. An ask whose turn is stopped while it waits is expired, so that a later approval cannot run
+what the user withdrew.
 """
 
 from __future__ import annotations
@@ -26,15 +29,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..contracts.identity import SessionContext, SystemSession, session_from_dict
-from ..runtime.permission import PermissionDecision, PermissionRequest, PolicyDecision
+from ..runtime.permission import PermissionDecision, PermissionRequest, PolicyDecision, needs_consent
 from ..runtime.tools import Tool, ToolOutput, ToolRegistry
 from ..store.interactions import InteractionConflict, PendingInteraction, canonical_json, input_hash
-from .approval import Approver, ApproverAnswer, HeadlessApprover, InteractionResolution
+from .approval import WITHDRAWN, Approver, ApproverAnswer, HeadlessApprover, InteractionResolution, withdraw
 from .arms import TRUST_TIERS, PolicyConfig, TrustOf, TrustTier, builtin_trust, evaluate_arms
 from .audit import DecisionLog
 from .errors import InteractionAlreadyResolved, ReplayRefused
 from .guard import DEFAULT_GUARD, GuardProfile, GuardSource, LiveGuard, guard_floor, is_guard_profile
-from .hooks import HookRegistration, PreToolUseHooks
+from .hooks import HookOutcome, HookRegistration, PreToolUseHooks
 from .replay import SessionSource, authorize_resolver, claim, load, run_handler
 
 if TYPE_CHECKING:
@@ -82,11 +85,24 @@ class PolicyEngine:
         self.approval_timeout = approval_timeout
         self.guard_timeout = guard_timeout
         self.tool_timeout = tool_timeout
+        #: The hooks' verdict on a call :meth:`check` passed, for the permission stage that follows it.
+        self._verdicts: dict[tuple[str | None, str], HookOutcome | None] = {}
 
     # -- the deny arms (runtime ToolPolicy) -------------------------------------------------------
 
-    async def check(self, *, tool: Tool, input: Mapping[str, Any], session: SessionContext) -> PolicyDecision:
+    async def check(
+        self, *, tool: Tool, input: Mapping[str, Any], session: SessionContext, step: int = 0
+    ) -> PolicyDecision:
         decision = self._arms(tool, session)
+        details: dict[str, Any] = {}
+        if decision.allowed:
+            verdict = await self.hooks.evaluate(PermissionRequest.of(tool, input, session, step=step))
+            if verdict is not None and verdict.decision == "deny":
+                reason = verdict.reason or f"hook {verdict.hook!r} denies it"
+                decision = PolicyDecision(allowed=False, reason=reason, arm="hook")
+                details.update(hook=verdict.hook, hook_source=verdict.source)
+            elif needs_consent(tool) and session.tool_use_id:
+                self._verdicts[session.request_id, session.tool_use_id] = verdict
         await self.log.record(
             session,
             action="tool.allowed" if decision.allowed else "tool.denied",
@@ -96,6 +112,7 @@ class PolicyEngine:
             reason=decision.reason,
             package_id=tool.package_id,
             tool_use_id=session.tool_use_id,
+            **details,
         )
         return decision
 
@@ -117,7 +134,8 @@ class PolicyEngine:
         session = request.session
         tool = request.tool
         details: dict[str, Any] = {"package_id": request.package_id, "tool_use_id": request.tool_use_id}
-        verdict = await self.hooks.evaluate(request)
+        key = (session.request_id, request.tool_use_id)
+        verdict = self._verdicts.pop(key) if key in self._verdicts else await self.hooks.evaluate(request)
         profile: GuardProfile | None = None
         if verdict is not None:
             asked_by = f"hook:{verdict.hook}"
@@ -166,16 +184,29 @@ class PolicyEngine:
             guard_profile=profile,
         )
         details["interaction_id"] = record.id
-        await self.log.record(
-            request.session,
-            action="tool.asked",
-            subject=request.name,
-            outcome="asked",
-            arm=asked_by.partition(":")[0],
-            reason=why,
-            **details,
-        )
-        answer = await self._answer(record)
+        try:
+            await self.log.record(
+                request.session,
+                action="tool.asked",
+                subject=request.name,
+                outcome="asked",
+                arm=asked_by.partition(":")[0],
+                reason=why,
+                **details,
+            )
+            answer = await self._answer(record)
+        except asyncio.CancelledError:  # the turn was stopped while the ask waited: withdraw it
+            if await withdraw(self.interactions, record.id):
+                await self.log.record(
+                    request.session,
+                    action="interaction.expired",
+                    subject=request.name,
+                    outcome="expired",
+                    arm="approval",
+                    reason=WITHDRAWN,
+                    **details,
+                )
+            raise
         if answer is None:
             reason = (
                 f"no answer came in time; the call stays pending as interaction {record.id} and runs only "

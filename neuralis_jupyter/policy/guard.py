@@ -8,7 +8,7 @@ which run before the guard on every call and clamp even ``auto`` to what the cal
 profile    asks for
 =========  =============================================================================================
 auto       nothing: zero prompts (a mid-turn flip to auto removes every later prompt)
-balanced   (1) external egress (effect ``egress:external``), (2) code execution (effect ``exec``),
+balanced   (1) egress (effect ``egress`` or any ``egress:*``), (2) code execution (effect ``exec``),
            (3) destructive effects (effect ``destructive``), (4) any write by a non-first-party package
 safe       the balanced floors, plus (5) every other write
 =========  =============================================================================================
@@ -24,7 +24,7 @@ import asyncio
 import logging
 from typing import Literal, Protocol, TypeGuard
 
-from ..contracts.envelope import EGRESS_EXTERNAL
+from ..contracts.envelope import EGRESS, effect_kinds
 from ..runtime.permission import PermissionRequest
 from ..store.interactions import GuardOverrideStore
 from ..store.projects import GuardProfile
@@ -69,8 +69,8 @@ def guard_floor(profile: GuardProfile, request: PermissionRequest, *, trust: str
         raise ValueError(f"guard profile must be one of {GUARD_PROFILES}, got {profile!r}")
     if profile == "auto":
         return None
-    effects = request.effects
-    if EGRESS_EXTERNAL in effects:
+    effects = effect_kinds(request.effects)
+    if EGRESS in effects:
         return "egress"
     if EXEC in effects:
         return "exec"

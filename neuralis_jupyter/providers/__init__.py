@@ -8,6 +8,7 @@ SDK: each provider module imports its SDK on first use, so a kernel starts witho
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from .anthropic import AnthropicModel
 from .base import (
@@ -26,7 +27,7 @@ from .base import (
     UsageEvent,
 )
 from .catalog import PRICING_BASIS, Catalog, ModelEntry, Prices, cost_usd, load_catalog, parse_model_ref
-from .credentials import has_credentials, resolve_api_key, resolve_base_url
+from .credentials import PROVIDER_KEYS, has_credentials, resolve_api_key, resolve_base_url
 from .errors import (
     CassetteMismatch,
     MissingCredentials,
@@ -113,8 +114,11 @@ def build_model(
             catalog_id=entry.id,
         )
     if provider == "openai":
-        entry = catalog.lookup(provider, model, allow_unpriced=True)
         base_url = resolve_base_url(provider)
+        # A model the catalog cannot price is allowed only on another OpenAI-compatible server (a
+        # local one, usually free): on OpenAI's own API it would run unmetered, past every spend limit.
+        own = urlsplit(base_url or OpenAIModel.DEFAULT_BASE_URL).hostname in PROVIDER_KEYS[provider].own_hosts
+        entry = catalog.get(provider, model) if own else catalog.lookup(provider, model, allow_unpriced=True)
         return OpenAIModel(
             entry.api_model_id,
             api_key=resolve_api_key(provider, data_root=data_root, project_id=project_id, base_url=base_url),

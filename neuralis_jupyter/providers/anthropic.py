@@ -12,7 +12,9 @@ alternating turns), and a user turn's tool results put first.
 
 Response: text deltas are passed on at once; a tool_use block's ``input_json_delta`` fragments are
 buffered until its ``content_block_stop``; usage is ``message_start.usage`` updated by the cumulative
-``message_delta.usage`` and reported once, just before the stop reason.
+``message_delta.usage``. It is reported twice: as a partial UsageEvent as soon as ``message_start``
+arrives (so a step stopped or failed mid-stream is still charged its input tokens), and in full just
+before the stop reason.
 
 SDK clients (and their connection pools) are shared per event loop and per settings, and closed when
 their loop shuts down (see :mod:`._clients`): a step reuses the previous step's connection.
@@ -199,6 +201,7 @@ class _Parser:
         kind = event.type
         if kind == "message_start":
             self._take_usage(event.message.usage)
+            return self.usage_event(partial=True)
         elif kind == "content_block_start":
             block = event.content_block
             if block.type == "tool_use":
@@ -224,11 +227,13 @@ class _Parser:
             self._take_usage(event.usage)
         return None
 
+    def usage_event(self, *, partial: bool = False) -> UsageEvent:
+        return UsageEvent(**self.usage, server_tool_uses=dict(self.server_tool_uses), partial=partial)
+
     def finish(self) -> tuple[UsageEvent, StopEvent]:
         if self.stop_reason is None:
             raise ModelCallFailed(PROVIDER, "the response stream ended before its stop reason")
-        usage = UsageEvent(**self.usage, server_tool_uses=self.server_tool_uses)
-        return usage, StopEvent(
+        return self.usage_event(), StopEvent(
             reason=_STOP_REASONS.get(self.stop_reason, "other"), raw_reason=self.stop_reason
         )
 

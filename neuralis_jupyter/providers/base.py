@@ -1,10 +1,10 @@
 """The one seam between the runtime and a model provider.
 
 A :class:`Model` turns a :class:`ModelRequest` into an async stream of normalised events: text deltas,
-complete tool_use blocks, one usage report and one stop reason. Messages travel in the same block
-shapes the transcript stores on disk (``{"type": "text", ...}``, ``tool_use``, ``tool_result``), so a
-conversation row becomes a model message without translation; each provider module converts them to
-its own wire format.
+complete tool_use blocks, usage reports (partial ones as they come, then one final) and one stop reason
+(see :meth:`Model.stream`). Messages travel in the same block shapes the transcript stores on disk
+(``{"type": "text", ...}``, ``tool_use``, ``tool_result``), so a conversation row becomes a model
+message without translation; each provider module converts them to its own wire format.
 """
 
 from __future__ import annotations
@@ -106,7 +106,11 @@ class ToolUseEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class UsageEvent:
-    """Token counts of one model call. ``input_tokens`` excludes cache reads and writes."""
+    """Token counts of one model call. ``input_tokens`` excludes cache reads and writes.
+
+    Every UsageEvent of a response holds the call's running TOTALS, never an increment: a later one
+    replaces the one before, and the last one a consumer got is what the provider bills for the call.
+    """
 
     kind: Literal["usage"] = "usage"
     input_tokens: int = 0
@@ -115,6 +119,9 @@ class UsageEvent:
     cache_write_tokens: int = 0
     #: Provider-side tool calls billed per use (e.g. native web searches).
     server_tool_uses: Mapping[str, int] = field(default_factory=dict)
+    #: Reported before the response ended (e.g. the input tokens, as soon as the provider counts them);
+    #: the final UsageEvent supersedes it.
+    partial: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,5 +146,13 @@ class Model(Protocol):
     def model_id(self) -> str: ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream one response. Ends with exactly one UsageEvent and one StopEvent."""
+        """Stream one response. Ends with exactly one final UsageEvent (``partial=False``) and one
+        StopEvent.
+
+        Before them it may yield partial UsageEvents, as early as the provider reports usage (Anthropic:
+        ``message_start``, with the input tokens). A consumer that stops reading mid-stream, or whose
+        stream raises, charges the call with the last UsageEvent it received: the provider bills a
+        request it started even when the response is cut short. A provider that reports usage only at
+        the end (OpenAI's Chat Completions) yields no partial one, and such a call records nothing.
+        """
         ...

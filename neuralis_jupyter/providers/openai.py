@@ -1,7 +1,8 @@
 """OpenAI Chat Completions (and any OpenAI-compatible server) behind the Model seam.
 
 One ``stream()`` call is one ``POST {base_url}/chat/completions`` with ``stream: true`` and
-``stream_options.include_usage``, so the last chunk carries the usage.
+``stream_options.include_usage``, so the last chunk carries the usage (and only the last: a stream
+stopped or failed before it reports none, so no partial UsageEvent is yielded).
 
 Request: one system message (static prompt, then the dynamic part); our Anthropic-shaped blocks are
 rewritten: an assistant message's text and tool_use blocks become ``content`` + ``tool_calls``; each

@@ -13,7 +13,7 @@ import itertools
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .base import ModelEvent, ModelRequest, StopEvent, StopReason, TextDelta, ToolUseEvent, UsageEvent
@@ -144,6 +144,9 @@ class ScriptedModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         reply = self.next_reply(request)
+        usage = reply_usage(request, reply)
+        # As Anthropic does: the input side is reported first, so a stop mid-stream still charges it.
+        yield replace(usage, output_tokens=0, partial=True)
         for piece in reply.chunks():
             if reply.delay:
                 await asyncio.sleep(reply.delay)
@@ -151,5 +154,5 @@ class ScriptedModel:
         for call in reply.calls:
             assert call.id is not None
             yield ToolUseEvent(id=call.id, name=call.name, input=dict(call.input))
-        yield reply_usage(request, reply)
+        yield usage
         yield StopEvent(reason=reply.stop_reason, raw_reason=reply.stop_reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -33,6 +34,10 @@ __all__ = [
     "TurnRequest",
 ]
 
+log = logging.getLogger(__name__)
+#: The longest a failing stop poll waits before it tries again.
+_MAX_POLL_BACKOFF = 5.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class ExecutionMode:
@@ -48,7 +53,8 @@ SHADOW = ExecutionMode(kind="shadow")
 
 class PromptBuilder(Protocol):
     def static(self, session: SessionContext) -> str:
-        """The system prompt's byte-stable part, built once per turn."""
+        """The system prompt's byte-stable part, built once per turn in a worker thread (so it may read
+        files)."""
         ...
 
     async def dynamic(self, session: SessionContext, *, step: int, max_steps: int | None) -> str:
@@ -105,13 +111,26 @@ class StopSignal:
         await self._event.wait()
 
     async def watch(self) -> None:
-        """Poll until a stop is found; the turn runs this as one background task."""
+        """Poll until a stop is found; the turn runs this as one background task.
+
+        A poll that fails (the store is locked or gone) is logged and retried, backing off up to
+        :data:`_MAX_POLL_BACKOFF` seconds, so a stop while the model streams or tools run is still seen
+        once the store answers again; an in-process stop is seen at once throughout.
+        """
         if self._poll is None:
             return
-        while not await self.check():
-            # Wakes at once on an in-process stop; otherwise polls again after the interval.
+        delay = self._interval
+        while True:
+            try:
+                if await self.check():
+                    return
+                delay = self._interval
+            except Exception:
+                delay = min(delay * 2, max(self._interval, _MAX_POLL_BACKOFF))
+                log.warning("could not poll for a stop request; trying again in %.2f s", delay, exc_info=True)
+            # Wakes at once on an in-process stop; otherwise polls again after the delay.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout=self._interval)
+                await asyncio.wait_for(self._event.wait(), timeout=delay)
 
     async def guard(self, work: Coroutine[Any, Any, None]) -> bool:
         """Run ``work`` in the current task; True when a stop cancelled it, False when it finished.

@@ -4,12 +4,15 @@
 2. the input must validate against the tool's JSON schema;
 3. the envelope: :func:`authorize_tool_invocation`'s answer is used verbatim;
 4. the policy's deny arms (blocklist, trust ceiling, capability, allowlist, feature gate);
-5. shadow mode: only attested first-party reads and intrinsic tools run, the rest is captured;
+5. shadow mode: only attested first-party plain reads (no egress, exec or destructive effect) and
+   intrinsic tools run, the rest is captured;
 6. consent: the permission hook for a write, or a read whose effects require consent;
 7. cassette replay of a non-deterministic tool returns its recorded result; otherwise the handler runs.
 
 A withheld call yields a tool_result whose ``is_error``/``outcome`` the runtime sets; its text is one
-of the exported refusal constants.
+of the exported refusal constants. Whatever else fails on the way (a gate, the handler, bounding the
+result) becomes the call's ``error`` result, never the turn's end; only a cancellation (a stop) and a
+:class:`CassetteMismatch` (a replay that diverged) propagate.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from typing import Any
 from ..contracts import refusals
 from ..contracts.envelope import authorize_tool_invocation, effects_require_consent
 from ..providers.base import ToolUseEvent
+from ..providers.errors import CassetteMismatch
 from .context import ToolContext
 from .events import PermissionRequested, PermissionResolved, ShadowIntent, ToolCallFinished, ToolCallStarted
-from .permission import DenyAll, PermissionRequest
+from .permission import DenyAll, PermissionRequest, needs_consent
 from .results import BoundedResult
 from .tools import Tool, ToolOutput
 
@@ -68,14 +72,16 @@ async def _decide(call: ToolUseEvent, tool: Tool | None, ctx: ToolContext) -> To
     if not auth.allowed:
         return _refused(refusals.envelope_refusal(tool.name, auth.reason or "it is outside scope"), "refused")
     if req.policy is not None:
-        decision = await req.policy.check(tool=tool, input=call.input, session=ctx.session)
+        decision = await req.policy.check(tool=tool, input=call.input, session=ctx.session, step=ctx.step)
         if not decision.allowed:
             if decision.generic:
                 return _refused(refusals.tool_not_available(call.name), "unavailable")
             return _refused(
                 refusals.envelope_refusal(tool.name, decision.reason or "policy denies it"), "denied"
             )
-    if req.mode.kind == "shadow" and not (tool.intrinsic or (tool.attested and tool.access == "read")):
+    # A read that sends data out (or runs code, or destroys) is an effect too: shadow captures it.
+    plain_read = tool.access == "read" and not effects_require_consent(tool.effects)
+    if req.mode.kind == "shadow" and not (tool.intrinsic or (tool.attested and plain_read)):
         ctx.emit(ShadowIntent(tool_use_id=call.id, name=tool.name, input=call.input, access=tool.access))
         if req.policy is not None:
             await req.policy.record_shadow(tool=tool, input=call.input, session=ctx.session)
@@ -90,20 +96,9 @@ async def _decide(call: ToolUseEvent, tool: Tool | None, ctx: ToolContext) -> To
             },
         )
         return _refused(refusals.shadow_denied(tool.name), "shadow_denied")
-    # Intrinsic tools are the agent's own cognition (its todos, its paging): never a consent question.
-    if not tool.intrinsic and (tool.access == "write" or effects_require_consent(tool.effects)):
+    if needs_consent(tool):
         hook = req.permission or DenyAll()
-        preq = PermissionRequest(
-            session=ctx.session,
-            tool_use_id=call.id,
-            name=tool.name,
-            input=call.input,
-            access=tool.access,
-            effects=tool.effects,
-            package_id=tool.package_id,
-            step=ctx.step,
-            tool=tool,
-        )
+        preq = PermissionRequest.of(tool, call.input, ctx.session, step=ctx.step)
         ctx.emit(
             PermissionRequested(
                 tool_use_id=call.id,
@@ -140,7 +135,7 @@ async def _execute(call: ToolUseEvent, tool: Tool, ctx: ToolContext) -> ToolOutp
             )
     try:
         out = await tool.handler(dict(call.input), ctx)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, CassetteMismatch):  # a stop; a replayed sub-agent that diverged
         raise
     except Exception as exc:  # a tool's failure is the model's information, not the turn's end
         log.info("tool %s failed: %s", tool.name, exc, exc_info=True)
@@ -161,14 +156,21 @@ async def run_tool_call(call: ToolUseEvent, ctx: ToolContext) -> dict[str, Any]:
         )
     )
     started = time.monotonic()
-    out = await _decide(call, tool, ctx)
-    if out is None:
-        assert tool is not None
-        out = await _execute(call, tool, ctx)
-    if ctx.results.fits(out.content):
-        bounded = BoundedResult(content=out.content)  # nothing to offload: no file I/O, no thread hop
-    else:
-        bounded = await asyncio.to_thread(ctx.results.bound, call.id, out.content)
+    try:
+        out = await _decide(call, tool, ctx)
+        if out is None:
+            assert tool is not None
+            out = await _execute(call, tool, ctx)
+        if ctx.results.fits(out.content):
+            bounded = BoundedResult(content=out.content)  # nothing to offload: no file I/O, no thread hop
+        else:
+            bounded = await asyncio.to_thread(ctx.results.bound, call.id, out.content)
+    except (asyncio.CancelledError, CassetteMismatch):
+        raise
+    except Exception as exc:  # a gate or the result store failed: the call's error, not the turn's end
+        log.exception("tool call %s (%s) failed outside its handler", call.id, call.name)
+        out = ToolOutput(content=f"Error: {type(exc).__name__}: {exc}", is_error=True, outcome="error")
+        bounded = BoundedResult(content=out.content)
     block: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": call.id,

@@ -5,6 +5,10 @@ for every holder of a role (``by_role``), a ceiling for one user (``by_user``) a
 (``by_agent``), each over a calendar window (UTC day, ISO week from Monday, or month). A rule is
 breached when the spend recorded in its window plus what the running turn has spent so far reaches its
 amount; the refusal names the rule and says who can raise it.
+
+The rate cap counts model calls per user in a rolling minute, in the store, so that every process on it
+shares one count. Taking a slot is one compare-and-insert (:meth:`CallLog.reserve`): two runs that ask at
+once can never both take the last slot.
 """
 
 from __future__ import annotations
@@ -96,11 +100,16 @@ class SpendGuard:
 class CallLog(Protocol):
     """Where model calls are counted, shared by every process on the store."""
 
-    def count_since(self, project_id: str, user_id: str, since: datetime) -> int: ...
+    def reserve(
+        self, project_id: str, user_id: str, when: datetime, *, limit: int, window: timedelta
+    ) -> datetime | None:
+        """Record a call at ``when`` if fewer than ``limit`` were recorded in the ``window`` before it,
+        atomically; ``None`` when recorded, else the oldest call in the window (nothing is recorded)."""
+        ...
 
-    def oldest_since(self, project_id: str, user_id: str, since: datetime) -> datetime | None: ...
 
-    def record(self, project_id: str, user_id: str, when: datetime) -> None: ...
+_WINDOW = timedelta(minutes=1)
+#: Calls older than this are pruned as a call is recorded, as :class:`CallLogStore` does.
 
 
 class RateLimiter:
@@ -118,19 +127,17 @@ class RateLimiter:
         self._clock = clock or (lambda: datetime.now(UTC))
 
     async def acquire(self, session: SessionContext, *, on_wait: Callable[[float, int], None]) -> None:
-        """Wait for a free slot (telling ``on_wait``), then record the call."""
+        """Take a slot, recording the call; while none is free, wait (telling ``on_wait``)."""
         rpm = session.llm_rate_limit_rpm
         waited = 0.0
         while rpm:
             now = self._clock()
-            since = now - timedelta(minutes=1)
-            count = await asyncio.to_thread(self._log.count_since, session.project_id, session.user_id, since)
-            if count < rpm:
-                break
             oldest = await asyncio.to_thread(
-                self._log.oldest_since, session.project_id, session.user_id, since
+                self._log.reserve, session.project_id, session.user_id, now, limit=rpm, window=_WINDOW
             )
-            delay = max(0.05, ((oldest + timedelta(minutes=1)) - now).total_seconds()) if oldest else 0.05
+            if oldest is None:
+                return
+            delay = max(0.05, ((oldest + _WINDOW) - now).total_seconds())
             if waited + delay > self._max_wait:
                 raise RateLimitExceeded(
                     f"the project allows {rpm} model requests a minute per user and the limit stayed reached "
@@ -140,5 +147,3 @@ class RateLimiter:
             on_wait(delay, rpm)
             await asyncio.sleep(delay)
             waited += delay
-        if rpm:
-            await asyncio.to_thread(self._log.record, session.project_id, session.user_id, self._clock())

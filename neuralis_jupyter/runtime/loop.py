@@ -5,7 +5,9 @@ CLI). Every row is persisted as it happens; usage is priced per model partition 
 step; spend limits and the rate cap are checked before each model call; a stop is honoured between
 steps, while the model streams and while tools run. A turn always ends with one :class:`TurnSettled`:
 ``completed``, ``suspended`` (a budget ran out; a handoff checkpoint is published), ``stopped``,
-``refused`` (a limit, said in words) or ``failed`` (the provider failed).
+``refused`` (a limit, said in words) or ``failed`` (the provider failed, or anything else went wrong; the
+error is logged and noted in the transcript). Only a :class:`CassetteMismatch` ends a turn without one: a
+replay that diverged from its recording propagates, as itself, to whoever ran the turn.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..providers.base import ModelRequest, StopEvent, TextDelta, ToolUseEvent, U
 from ..providers.catalog import Catalog, load_catalog
 from ..providers.errors import CassetteMismatch, ProviderError
 from ..store import Store
+from ..store.usage import UsageStore
 from .context import StopSignal, ToolContext, TurnRequest
 from .dispatch import run_tool_call
 from .errors import TurnRefused
@@ -36,6 +39,7 @@ from .limits import RateLimiter, SpendGuard
 from .meter import TurnMeter, utcnow
 from .results import ResultStore, read_tool_result_tool
 from .transcript import ToolRowWriter, TurnTranscript, history_messages
+from .turn import Turn
 
 __all__ = ["AgentRuntime"]
 
@@ -51,9 +55,11 @@ def new_request_id() -> str:
 class _Step:
     text: list[str] = field(default_factory=list)
     calls: list[ToolUseEvent] = field(default_factory=list)
+    #: The latest usage the provider reported: partial until the final one arrives.
     usage: UsageEvent | None = None
     stop: StopEvent | None = None
     stopped: bool = False
+    duration_ms: int = 0
 
 
 class AgentRuntime:
@@ -71,8 +77,22 @@ class AgentRuntime:
         self.store = store
         self.catalog = catalog or load_catalog()
         self.max_steps = max_steps
-        self.spend_guard = spend_guard or SpendGuard(store.usage)
-        self.rate_limiter = rate_limiter or RateLimiter(store.calls)
+        self._spend_guard = spend_guard
+        self._rate_limiter = rate_limiter
+        self._sql: tuple[UsageStore, SpendGuard, RateLimiter] | None = None
+
+    async def _limits(self) -> tuple[UsageStore, SpendGuard, RateLimiter]:
+        """The store-backed collaborators, built on first use in a worker thread (the first use of the
+        store's SQL engine opens and migrates it)."""
+        if self._sql is None:
+
+            def build() -> tuple[UsageStore, SpendGuard, RateLimiter]:
+                usage = self.store.usage
+                spend = self._spend_guard or SpendGuard(usage)
+                return usage, spend, self._rate_limiter or RateLimiter(self.store.calls)
+
+            self._sql = await asyncio.to_thread(build)
+        return self._sql
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -118,13 +138,15 @@ class AgentRuntime:
             # handed (its parent's delegate call may have removed it).
             tools = tools.with_intrinsic([read_tool_result_tool()])
         req = _replace(req, session=session, stop=stop, tools=tools)
-        turn = _Turn(
+        budget_steps = req.envelope.budgets.max_steps  # None: unbounded; 0 is a budget of no steps
+        usage, _, _ = await self._limits()
+        turn = Turn(
             req=req,
             emit=emit,
             transcript=TurnTranscript(conv),
-            meter=TurnMeter(session=session, catalog=self.catalog, usage=self.store.usage, started=utcnow()),
+            meter=TurnMeter(session=session, catalog=self.catalog, usage=usage, started=utcnow()),
             results=ResultStore(conv.path),
-            max_steps=min(req.envelope.budgets.max_steps or self.max_steps, self.max_steps),
+            max_steps=self.max_steps if budget_steps is None else min(budget_steps, self.max_steps),
             started=started,
         )
         watcher = asyncio.create_task(stop.watch())
@@ -139,12 +161,22 @@ class AgentRuntime:
             log.warning("turn %s failed: %s", session.request_id, exc)
             await turn.note("failed", str(exc))
             turn.settle("failed", reason=str(exc))
+        except Exception as exc:  # a bug or a broken disk: still one TurnSettled, and the error logged
+            leaves = _leaves(exc)  # a step's tool calls fail together, as an ExceptionGroup
+            if mismatch := next((e for e in leaves if isinstance(e, CassetteMismatch)), None):
+                raise mismatch from None
+            log.exception("turn %s failed", session.request_id)
+            reason = "the turn failed: " + "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
+            await turn.note("failed", reason)
+            turn.settle("failed", reason=reason)
         finally:
             watcher.cancel()
-            with contextlib.suppress(Exception):
+            try:
                 await turn.meter.finish(duration_ms=turn.elapsed_ms())
+            except Exception:
+                log.exception("could not write the usage of turn %s", session.request_id)
 
-    async def _turn(self, turn: _Turn) -> None:
+    async def _turn(self, turn: Turn) -> None:
         req, session, stop = turn.req, turn.req.session, turn.stop
         if req.message is not None:
             user_row = {
@@ -164,9 +196,11 @@ class AgentRuntime:
                 user_seq=turn.user_seq,
             )
         )
-        static = req.prompt.static(session)  # byte-stable across the turn's steps
+        # Byte-stable across the turn's steps; built once, off the loop (it may read identity files).
+        static = await asyncio.to_thread(req.prompt.static, session)
         budgets = _replace(req.envelope.budgets, max_steps=turn.max_steps)
-        checks_spend = bool(self.spend_guard.rules(session))
+        _, spend_guard, rate_limiter = await self._limits()
+        checks_spend = bool(spend_guard.rules(session))
         while True:
             if await stop.check():
                 await turn.note("stopped", stop.reason or "stopped")
@@ -194,8 +228,8 @@ class AgentRuntime:
                 return
             if checks_spend:
                 await turn.meter.flush()  # the turn's own spend must be in the store the check reads
-                await asyncio.to_thread(self.spend_guard.check, session)
-            await self.rate_limiter.acquire(
+                await asyncio.to_thread(spend_guard.check, session)
+            await rate_limiter.acquire(
                 session, on_wait=lambda d, rpm: turn.emit(RateLimited(wait_seconds=d, limit_rpm=rpm))
             )
             turn.step += 1
@@ -212,9 +246,8 @@ class AgentRuntime:
                 max_tokens=req.max_tokens,
                 temperature=req.temperature,
             )
-            call_started = time.monotonic()
             result = await self._stream(turn, model_request)
-            await self._record_step(turn, result, duration_ms=int((time.monotonic() - call_started) * 1000))
+            await self._record_step(turn, result)
             if result.stopped:
                 await turn.note("stopped", stop.reason or "stopped")
                 turn.settle("stopped", reason=stop.reason)
@@ -224,7 +257,7 @@ class AgentRuntime:
                 return
             await self._run_tools(turn, result.calls)
 
-    async def _record_step(self, turn: _Turn, result: _Step, *, duration_ms: int) -> None:
+    async def _record_step(self, turn: Turn, result: _Step) -> None:
         """Persist the assistant row and price the step (its usage row is written behind the loop)."""
         req = turn.req
         text = "".join(result.text)
@@ -234,9 +267,7 @@ class AgentRuntime:
         content += [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.input)} for c in result.calls
         ]
-        if result.usage is not None:
-            turn.meter.add(req.model.provider, req.model.model_id, result.usage, duration_ms=duration_ms)
-            turn.meter.persist_behind()
+        part = None if result.usage is None else turn.meter_step(result.usage, result.duration_ms)
         if content or result.stopped:
             row: dict[str, Any] = {
                 "role": "assistant",
@@ -250,12 +281,13 @@ class AgentRuntime:
             elif result.stop is not None:
                 row["stop_reason"] = result.stop.reason
             await turn.transcript.append(row)
-        if result.usage is not None:
-            turn.emit(turn.meter.partitions[-1].as_event())
+        if part is not None:
+            turn.emit(part.as_event())
 
-    async def _stream(self, turn: _Turn, model_request: ModelRequest) -> _Step:
+    async def _stream(self, turn: Turn, model_request: ModelRequest) -> _Step:
         acc = _Step()
         emit, step = turn.emit, turn.step
+        started = time.monotonic()
 
         async def consume() -> None:
             async for event in turn.req.model.stream(model_request):
@@ -269,12 +301,18 @@ class AgentRuntime:
                 elif isinstance(event, StopEvent):
                     acc.stop = event
 
-        if await turn.stop.guard(consume()):
-            acc.stopped = True
+        try:
+            acc.stopped = await turn.stop.guard(consume())
+        except ProviderError:
+            if acc.usage is not None:  # the provider bills what it reported before it failed
+                turn.emit(turn.meter_step(acc.usage, int((time.monotonic() - started) * 1000)).as_event())
+            raise
+        acc.duration_ms = int((time.monotonic() - started) * 1000)
+        if acc.stopped:
             acc.calls.clear()  # a half-streamed call is not a call
         return acc
 
-    async def _run_tools(self, turn: _Turn, calls: list[ToolUseEvent]) -> None:
+    async def _run_tools(self, turn: Turn, calls: list[ToolUseEvent]) -> None:
         """Run one step's calls concurrently; their results share one transcript row."""
         req = turn.req
         writer = ToolRowWriter(
@@ -321,62 +359,10 @@ class AgentRuntime:
                     )
 
 
-@dataclass(kw_only=True)
-class _Turn:
-    """One turn's state; lives exactly as long as the turn."""
-
-    req: TurnRequest
-    emit: Callable[[RuntimeEvent], None]
-    transcript: TurnTranscript
-    meter: TurnMeter
-    results: ResultStore
-    max_steps: int
-    started: float
-    step: int = 0
-    user_seq: int = 0
-    last_text: str = ""
-    state: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def stop(self) -> StopSignal:
-        assert self.req.stop is not None
-        return self.req.stop
-
-    @property
-    def model_ref(self) -> str:
-        return f"{self.req.model.provider}:{self.req.model.model_id}"
-
-    def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
-
-    def charge(self, provider: str, model: str, usage: UsageEvent) -> None:
-        """A tool's model call for this turn: the same partition, no step counted."""
-        try:
-            part = self.meter.add(provider, model, usage, duration_ms=0, count_step=False)
-            self.meter.persist_behind(force=True)
-            self.emit(part.as_event())
-        except Exception:
-            log.exception("could not charge a tool's model call to turn %s", self.req.session.request_id)
-
-    async def note(self, kind: str, text: str) -> None:
-        row = {"role": "event", "step": self.step, "content": [{"type": kind, "text": text}]}
-        await asyncio.to_thread(self.req.conversation.append, row)
-
-    def settle(self, status: str, **extra: Any) -> None:
-        parts = self.meter.partitions
-        self.emit(
-            TurnSettled(
-                status=status,  # type: ignore[arg-type]
-                text=self.last_text,
-                steps=self.step,
-                input_tokens=sum(p.input_tokens + p.cache_read_tokens + p.cache_write_tokens for p in parts),
-                output_tokens=sum(p.output_tokens for p in parts),
-                cost_usd=self.meter.total_usd,
-                duration_ms=self.elapsed_ms(),
-                usage=tuple(p.as_event() for p in parts),
-                **extra,
-            )
-        )
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

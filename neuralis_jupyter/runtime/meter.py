@@ -6,11 +6,16 @@ updated at most every ``write_interval`` seconds while the turn runs (a real mod
 that, so in practice after every step), and finally when the turn ends: a crash loses at most that
 interval's steps. The writes run behind the loop, in order, while the next model call is in flight;
 :meth:`TurnMeter.flush` waits for them (before a spend check reads the store, and when the turn ends).
+
+A write that fails (a locked or full database) is logged and its partition stays pending, so the next
+write retries it with the latest totals; it never stops the writes after it. What is still unwritten
+when the turn ends is logged as an error by :meth:`TurnMeter.finish`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -23,6 +28,8 @@ from ..store.usage import UsageEvent, UsageStore
 from .events import UsageUpdated
 
 __all__ = ["Partition", "TurnMeter"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,9 +145,18 @@ class TurnMeter:
 
         async def write() -> None:
             if previous is not None:
-                await previous
+                await previous  # never raises: each write below handles its own failure
             for key, duration_ms in pending.items():
-                await asyncio.to_thread(self._persist, key, self._parts[key], duration_ms)
+                try:
+                    await asyncio.to_thread(self._persist, key, self._parts[key], duration_ms)
+                except Exception:
+                    log.warning(
+                        "could not write the usage of %s on %s:%s; the next write retries it",
+                        self._session.request_id,
+                        *key,
+                        exc_info=True,
+                    )
+                    self._pending.setdefault(key, duration_ms)
 
         self._writing = asyncio.ensure_future(write())
 
@@ -179,10 +195,18 @@ class TurnMeter:
             self._usage.update(row_id, event)
 
     async def finish(self, *, duration_ms: int) -> None:
-        """Wait for pending writes, then stamp the turn's duration on every partition."""
+        """Wait for pending writes, then stamp the turn's duration on every partition.
+
+        A partition that still could not be written is logged as an error (its usage is lost)."""
         for key in self._parts:
             self._pending[key] = duration_ms
         await self.flush()
+        if self._pending and self._usage is not None:
+            log.error(
+                "the usage of %s on %s could not be written; the store misses it",
+                self._session.request_id,
+                ", ".join(f"{p}:{m}" for p, m in self._pending),
+            )
 
 
 def _merge(counts: tuple[tuple[str, int], ...], more: Mapping[str, int]) -> tuple[tuple[str, int], ...]:

@@ -1,8 +1,9 @@
 """The consent seam (seed 001, item 3).
 
 The runtime consults a :class:`PermissionHook` for every WRITE and for every read whose declared effects
-require consent (external egress). Plain reads never prompt. The request carries the tool's real
-declared access kind, never one derived from its name or from who may call it.
+require consent (any egress, code execution, destruction): :func:`needs_consent`. Plain reads never
+prompt. The request carries the tool's real declared access kind, never one derived from its name or
+from who may call it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..contracts.envelope import effects_require_consent
 from ..contracts.identity import SessionContext
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ __all__ = [
     "PermissionRequest",
     "PolicyDecision",
     "ToolPolicy",
+    "needs_consent",
 ]
 
 
@@ -42,6 +45,23 @@ class PermissionRequest:
     @property
     def is_read_only(self) -> bool:
         return self.access == "read"
+
+    @classmethod
+    def of(
+        cls, tool: Tool, input: Mapping[str, Any], session: SessionContext, *, step: int
+    ) -> PermissionRequest:
+        """The request for a call of ``tool``; ``session.tool_use_id`` names the call."""
+        return cls(
+            session=session,
+            tool_use_id=session.tool_use_id or "",
+            name=tool.name,
+            input=input,
+            access=tool.access,
+            effects=tool.effects,
+            package_id=tool.package_id,
+            step=step,
+            tool=tool,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,5 +104,11 @@ class ToolPolicy(Protocol):
     """Consulted on EVERY call after the envelope; may only deny (asking is the permission hook's)."""
 
     async def check(
-        self, *, tool: Tool, input: Mapping[str, Any], session: SessionContext
+        self, *, tool: Tool, input: Mapping[str, Any], session: SessionContext, step: int = 0
     ) -> PolicyDecision: ...
+
+
+def needs_consent(tool: Tool) -> bool:
+    """Whether a call of ``tool`` goes to the :class:`PermissionHook`: a write, or a read whose effects
+    require consent. Intrinsic tools are the agent's own cognition (its todos, its paging): never."""
+    return not tool.intrinsic and (tool.access == "write" or effects_require_consent(tool.effects))

@@ -7,12 +7,13 @@ in the conversation's ``results/<tool_use_id>.txt`` and the model gets its head 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .tools import Tool, ToolOutput
+from .tools import AGENT_CORE_ID, Tool, ToolOutput
 
 __all__ = ["RESULT_CAP_BYTES", "BoundedResult", "ResultStore", "read_tool_result_tool"]
 
@@ -100,7 +101,9 @@ _SCHEMA: dict[str, Any] = {
 
 async def _read(input: dict[str, Any], ctx: Any) -> ToolOutput:
     try:
-        text = ctx.results.read(input["id"], input.get("offset", 0), input.get("limit"))
+        text = await asyncio.to_thread(
+            ctx.results.read, input["id"], input.get("offset", 0), input.get("limit")
+        )
     except (LookupError, ValueError) as exc:
         return ToolOutput(content=str(exc), is_error=True, outcome="error")
     return ToolOutput(content=text)
@@ -113,6 +116,7 @@ def read_tool_result_tool() -> Tool:
         input_schema=_SCHEMA,
         handler=_read,
         access="read",
+        package_id=AGENT_CORE_ID,
         intrinsic=True,
         attested=True,
     )

@@ -106,7 +106,8 @@ async def run_child(
     )
     budgets = parent.envelope.budgets
     if max_steps is not None:
-        budgets = replace(budgets, max_steps=min(max_steps, budgets.max_steps or max_steps))
+        ceiling = max_steps if budgets.max_steps is None else min(max_steps, budgets.max_steps)
+        budgets = replace(budgets, max_steps=ceiling)
     child_stop = StopSignal()
     parent_stop = ctx.stop
     # A background child outlives its parent's turn by design: only a foreground one follows its stop,

@@ -21,7 +21,10 @@ from ..providers.base import ToolSpec
 if TYPE_CHECKING:
     from .context import ToolContext
 
-__all__ = ["Handler", "Tool", "ToolOutput", "ToolRegistry"]
+__all__ = ["AGENT_CORE_ID", "Handler", "Tool", "ToolOutput", "ToolRegistry"]
+
+#: The builtin first-party package: the runtime's own tools and the kernel's notebook tools.
+AGENT_CORE_ID = "@neuralis/agent-core"
 
 Outcome = Literal["ok", "error", "denied", "refused", "shadow_denied", "stopped", "unavailable", "invalid"]
 
@@ -51,9 +54,11 @@ class Tool:
     intrinsic: bool = False
     attested: bool = False
     deterministic: bool = True
+    #: The package that contributed the tool: the policy's trust ceiling and the guard judge it by its
+    #: tier. Required, so that no tool is first-party by omission; the runtime's own say
+    #: :data:`AGENT_CORE_ID`.
+    package_id: str
     requires: Requires | None = None
-    #: The package that contributed the tool (for the policy engine's trust ceiling).
-    package_id: str = "@neuralis/agent-core"
     #: Never handed to a sub-agent (e.g. ask_question: a child has nobody to ask).
     barred_from_subagents: bool = False
 

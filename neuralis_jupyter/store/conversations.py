@@ -30,13 +30,14 @@ import json
 import os
 import shutil
 import struct
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .errors import AlreadyExists, NotFound, StoreCorrupt
+from .errors import AlreadyExists, NotFound, StoreCorrupt, StoreError
 from .paths import DataRoot, check_id
 
 __all__ = [
@@ -124,6 +125,9 @@ def write_json_atomic(path: Path, value: object) -> None:
 class Conversation:
     """One conversation directory. Cheap to construct; every method opens what it needs."""
 
+    #: Seconds a writer waits for another process's lock before giving up.
+    lock_timeout: float = 30.0
+
     def __init__(self, path: Path, *, conversation_id: str, root_id: str | None = None) -> None:
         self.path = path
         self.id = conversation_id
@@ -139,7 +143,7 @@ class Conversation:
         """
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _acquire(fd, self.lock_timeout if wait else 0.0, self.path)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
@@ -333,6 +337,26 @@ class Conversation:
             meta["updated_at"] = utcnow_iso()
             write_json_atomic(self.path / META, meta)
             return meta
+
+
+def _acquire(fd: int, timeout: float, path: Path) -> None:
+    """Take the exclusive lock, waiting at most ``timeout`` seconds (0: not at all)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if timeout <= 0:
+                raise
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{path} stayed locked by another writer for {timeout:.0f} s; is a process stuck? "
+                    "(a crashed one releases its lock when it exits)"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def _write_all(fd: int, data: bytes) -> None:

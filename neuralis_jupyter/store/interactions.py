@@ -187,6 +187,10 @@ class InteractionStore:
             rows = conn.execute(stmt.order_by(t.created, t.id)).all()
         return [_record(r) for r in rows]
 
+    def withdraw(self, interaction_id: str, *, reason: str) -> PendingInteraction:
+        """Expire a PENDING interaction whose turn stopped waiting; InteractionConflict otherwise."""
+        return self._move(interaction_id, frm="pending", status="expired", reason=reason)
+
     def _move(self, interaction_id: str, *, frm: InteractionStatus, **values: Any) -> PendingInteraction:
         t = pending_interactions.c
         stmt = (

@@ -24,7 +24,7 @@ re-reads the applied names under it, so the second process finds the work done a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
@@ -308,18 +308,23 @@ def schema_version(engine: Engine) -> int:
     return len(_read_applied(engine))
 
 
-def pending_migrations(engine: Engine) -> list[str]:
-    """Names of the registered migrations not yet applied, in the order :func:`migrate` runs them."""
+def pending_migrations(engine: Engine, migrations: Sequence[Migration] | None = None) -> list[str]:
+    """Names of the registered migrations not yet applied, in the order :func:`migrate` runs them.
+
+    ``migrations`` defaults to every registered one (a tool or a test may pass its own list)."""
     applied = _read_applied(engine)
-    return [m.__name__ for m in MIGRATIONS if m.__name__ not in applied]
+    return [
+        m.__name__ for m in (MIGRATIONS if migrations is None else migrations) if m.__name__ not in applied
+    ]
 
 
-def migrate(engine: Engine) -> list[str]:
+def migrate(engine: Engine, migrations: Sequence[Migration] | None = None) -> list[str]:
     """Apply every pending migration; return the names applied by this call (empty when up to date)."""
-    if not pending_migrations(engine):
+    chain = MIGRATIONS if migrations is None else migrations
+    if not pending_migrations(engine, chain):
         return []
     done: list[str] = []
-    for fn in MIGRATIONS:
+    for fn in chain:
         with engine.connect().execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"}) as conn:
             with conn.begin():
                 _lock_for_migration(conn)

@@ -56,6 +56,13 @@ class Project:
     #: Project policy ({blocklist, allowlist, ceiling_allowlist}); added to the administrator's.
     policy: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def owner_id(self) -> str:
+        """The member holding the strongest role (the first by name on a tie)."""
+        if not self.members:
+            raise StoreCorrupt(f"project {self.id!r} has no members; add an owner under 'members'")
+        return min(self.members, key=lambda user: (self.role(self.members[user]).priority, user))
+
     def role(self, name: str) -> Role:
         merged = {**DEFAULT_ROLES, **self.roles}
         try:

@@ -1,15 +1,19 @@
-"""The knobs of the ``execute`` tool: ``c.ExecuteSettings.<name>`` in any Jupyter config file."""
+"""The knobs of the ``execute`` tool: ``c.ExecuteSettings.<name>`` in any Jupyter config file, and the
+workspace they name (:func:`workspace_dir`, shared by ``execute`` and ``web_fetch``'s ``save_to``)."""
 
 from __future__ import annotations
 
 import re
 import sys
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from traitlets import Bool, Float, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
-__all__ = ["WORKSPACE_PLACEHOLDERS", "ExecuteSettings"]
+from ..contracts.identity import SessionContext
+from ..store.paths import check_id
+
+__all__ = ["WORKSPACE_PLACEHOLDERS", "ExecuteSettings", "workspace_dir"]
 
 WORKSPACE_PLACEHOLDERS = ("project", "agent", "user")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -66,11 +70,22 @@ class ExecuteSettings(Configurable):
     ).tag(config=True)
 
     workspace = Unicode(
-        "projects/{project}/agents/{agent}/workspace",
+        "projects/{project}/agents/{agent}/workspace/{user}",
         help=(
-            "The shell's working directory, the only writable place in the sandbox. Relative paths are "
-            "under the data root; {project}, {agent} and {user} are replaced from the caller's session. "
-            "Created on first use."
+            "The shell's working directory, the only writable place in the sandbox, and where web_fetch's "
+            "save_to writes. Relative paths are under the data root; {project}, {agent} and {user} are "
+            "replaced from the caller's session (by default every user has a workspace of their own per "
+            "agent, as conversations are private). It must resolve to a folder inside the data root; "
+            "created on first use."
+        ),
+    ).tag(config=True)
+
+    unconfined_network = Bool(
+        False,
+        help=(
+            "Let a session holding exec.unconfined run a command without the sandbox (bubblewrap cannot "
+            "start) even when the call may not use the network (network: false, or no core.web). An "
+            "unconfined command always has the host's network; by default such a call is refused."
         ),
     ).tag(config=True)
 
@@ -157,3 +172,27 @@ class ExecuteSettings(Configurable):
             name = proposal["trait"].name  # type: ignore[attr-defined]
             raise TraitError(f"{name} must list absolute paths other than '/', got {bad!r}")
         return value
+
+
+def workspace_dir(
+    settings: ExecuteSettings, *, data_root: Path, session: SessionContext, default_agent: str
+) -> Path:
+    """The caller's workspace: ``settings.workspace`` filled in from ``session`` and resolved, made on
+    first use (blocking). :class:`ValueError` when it is not a folder strictly inside the data root."""
+    values = {
+        "project": check_id("project", session.project_id),
+        "agent": check_id("agent", session.agent_id or default_agent),
+        "user": check_id("user", session.user_id),
+    }
+    template = settings.workspace
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", value)
+    root = data_root.resolve()
+    path = (root / template).resolve()  # an absolute template replaces the root
+    if path == root or not path.is_relative_to(root):
+        raise ValueError(
+            f"c.ExecuteSettings.workspace resolves to {path}, which is not a folder inside the data root "
+            f"{root}; use a path under it, such as the default {ExecuteSettings.workspace.default_value!r}"
+        )
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path

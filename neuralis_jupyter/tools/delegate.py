@@ -144,7 +144,12 @@ class BackgroundDelegates:
             )
         task = asyncio.ensure_future(coro)
         self.tasks[run_id] = task
-        task.add_done_callback(lambda _t: self.tasks.pop(run_id, None))
+        task.add_done_callback(lambda t: self._done(run_id, t))
+
+    def _done(self, run_id: str, task: asyncio.Task[Any]) -> None:
+        self.tasks.pop(run_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background sub-agent %s could not report back", run_id, exc_info=task.exception())
 
     async def aclose(self) -> None:
         for task in list(self.tasks.values()):
@@ -235,16 +240,23 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
             )
 
         async def detached() -> None:
-            run = await child()
-            text = _summary(run, narrowing)
+            try:
+                run = await child()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the parent still learns it failed: a report is owed either way
+                log.exception("background sub-agent %s failed", run_id)
+                text = f"The {persona.name} sub-agent (run {run_id}) failed: {type(exc).__name__}: {exc}"
+            else:
+                text = _summary(run, narrowing)
             report: dict[str, Any] = {
                 "role": "event",
-                "content": [{"type": "delegate_report", "run_id": run.run_id, "text": text}],
+                "content": [{"type": "delegate_report", "run_id": run_id, "text": text}],
             }
             await asyncio.to_thread(ctx.request.conversation.append, report)
             cont = env.services.get("continue")
             if cont is not None:
-                event = BackgroundReport(shell_id=run.run_id, exit_code=None, text=text)
+                event = BackgroundReport(shell_id=run_id, exit_code=None, text=text)
                 await cont(session, ctx.request.conversation, event)
 
         runs: BackgroundDelegates = env.services.setdefault(

@@ -5,13 +5,16 @@ Gates for ``action: "shell"``, in order: ``core.execute`` (the policy checks it 
 ``network: true`` needs ``core.web``. Then the working directory is made, a fresh session ticket is
 minted, and the sandbox is checked (:mod:`.sandbox`). When bubblewrap cannot start, the call is
 REFUSED: fail closed. Only a session holding ``exec.unconfined`` then runs the command without the
-sandbox (same minimal environment, timeout and output caps). A session with ``exec.unconfined`` still
-gets the sandbox whenever it starts: the privilege rescues a host without bubblewrap; nobody asked for
-a weaker shell, and the sandbox costs a few milliseconds.
+sandbox (same minimal environment, timeout and output caps), and only when the call may use the network
+(``network: true`` with ``core.web``) or ``c.ExecuteSettings.unconfined_network`` allows it: an
+unconfined command has the host's network, which ``network: false`` promises it does not. A session
+with ``exec.unconfined`` still gets the sandbox whenever it starts: the privilege rescues a host without
+bubblewrap; nobody asked for a weaker shell, and the sandbox costs a few milliseconds.
 
-The working directory (``c.ExecuteSettings.workspace``; by default the agent's own
-``projects/<p>/agents/<a>/workspace`` under the data root, ``NeuralisSettings.default_agent`` for a
-session naming no agent) is made on first use and is the only place a command can write.
+The working directory (``c.ExecuteSettings.workspace``; by default the caller's own
+``projects/<p>/agents/<a>/workspace/<user>`` under the data root, ``NeuralisSettings.default_agent`` for
+a session naming no agent; always inside the data root) is made on first use and is the only place a
+command can write.
 
 The command's environment is only ``PATH``, ``HOME`` (the working directory), ``LANG``,
 ``NEURALIS_SESSION_TOKEN`` (minted for this call; it dies when the turn's stream ends),
@@ -23,9 +26,13 @@ exit is information (outcome ``ok``, ``is_error`` False); refusals (``refused``)
 (``error``) are errors. ``background: true`` returns ``{shellId, statusUri, outputUri, status}`` at
 once (:mod:`.shells`).
 
-``action: "skill"`` renders a visible skill's SKILL.md into the result and stages its declared
-credentials (environment variable names) for the later shell calls of the same turn, from the host
-environment first, then the project's ``credentials.json`` (owner-only, as for provider keys).
+``action: "skill"`` renders a visible skill's SKILL.md into the result and stages its credentials
+(environment variable names) for the later shell calls of the same turn. A name is staged only when
+the skill's package is not ``untrusted``, its ``neuralis.json`` declares the name under ``credentials``,
+the name is not the platform's (:func:`reserved_credential`: provider, hub and Neuralis variables, and
+names that steer the loader, the shell or Python), and the project's ``credentials.json`` (owner-only,
+as for provider keys) holds a value. The host process's environment is never read: its secrets are the
+platform's, not a package's.
 """
 
 from __future__ import annotations
@@ -33,37 +40,59 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from ..contracts import refusals
 from ..contracts.access import has_feature
-from ..contracts.identity import SessionContext
-from ..packages import SkillDecl, render_placeholders
-from ..providers.credentials import project_credentials
+from ..packages import PackageSet, SkillDecl, UnknownPackage, render_placeholders
+from ..providers.credentials import PROVIDER_KEYS, project_credentials
 from ..providers.errors import InsecureCredentials, ProviderError
 from ..runtime.context import ToolContext
 from ..runtime.tools import Handler, ToolOutput
-from ..store.paths import check_id
+from ..store.paths import DataRoot
 from ..store.tickets import TicketMintRefused
-from ._exec_settings import ExecuteSettings
+from ._exec_settings import ExecuteSettings, workspace_dir
 from .environment import ToolEnvironment
 from .sandbox import Capture, Launch, Sandbox, run_process
 from .shells import BackgroundShells, ShellSpec
 
-__all__ = ["ExecuteSettings", "ShellResult", "handlers"]
+__all__ = ["ExecuteSettings", "ShellResult", "handlers", "reserved_credential"]
 
 log = logging.getLogger(__name__)
 
 #: ``ctx.turn_state`` keys: credentials staged by skills, and skill folders the shell may read.
 STAGED_CREDENTIALS = "execute.credentials"
 SKILL_FOLDERS = "execute.skill_folders"
-_RESERVED = frozenset({"PATH", "HOME", "LANG", "NEURALIS_SESSION_TOKEN", "NEURALIS_API_URL"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Credential names no skill may stage, compared upper-cased: the platform's provider keys, the hub's
+#: and Jupyter's tokens, Neuralis's own variables, and names that change how the loader, the shell or
+#: Python behave (a "credential" that is really code injection).
+_RESERVED_PREFIXES = (
+    "ANTHROPIC_",
+    "OPENAI_",
+    "AZURE_OPENAI_",
+    "JUPYTERHUB_",
+    "JUPYTER_",
+    "JPY_",
+    "NEURALIS_",
+    "LD_",
+    "DYLD_",
+    "PYTHON",
+    "LC_",
+    "BASH_",
+)
+_RESERVED_NAMES = frozenset(
+    {
+        *(v for keys in PROVIDER_KEYS.values() for v in (*keys.api_key_vars, keys.base_url_var)),
+        *("PATH", "HOME", "LANG", "LANGUAGE", "SHELL", "ENV", "IFS", "PS4", "PROMPT_COMMAND", "CDPATH"),
+        *("TMPDIR", "USER", "LOGNAME", "PWD", "SHELLOPTS", "GCONV_PATH", "HOSTALIASES", "RESOLV_HOST_CONF"),
+    }
+)
 
 
 class ShellResult(TypedDict):
@@ -125,7 +154,13 @@ class _Execute:
         background = bool(args.get("background", False))
         limit = self.settings.background_timeout if background else self.settings.timeout
         timeout = min(float(args.get("timeout", limit)), limit)
-        cwd = await asyncio.to_thread(self._workspace, session)
+        cwd = await asyncio.to_thread(
+            workspace_dir,
+            self.settings,
+            data_root=self.data_root,
+            session=session,
+            default_agent=self.env.settings.default_agent,
+        )
         try:
             ticket = await asyncio.to_thread(ctx.runtime.store.tickets.mint, session)
         except TicketMintRefused as exc:
@@ -146,21 +181,6 @@ class _Execute:
             return await self._background(command, launch, ctx, time_limit=timeout)
         return await self._foreground(launch, time_limit=timeout)
 
-    def _workspace(self, session: SessionContext) -> Path:
-        values = {
-            "project": check_id("project", session.project_id),
-            "agent": check_id("agent", session.agent_id or self.env.settings.default_agent),
-            "user": check_id("user", session.user_id),
-        }
-        template = self.settings.workspace
-        for name, value in values.items():
-            template = template.replace("{" + name + "}", value)
-        path = (Path(template) if template.startswith("/") else self.data_root / template).resolve()
-        if self.data_root.is_relative_to(path):
-            raise ValueError(f"c.ExecuteSettings.workspace resolves to {path}, which holds the data root")
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return path
-
     async def _launch(
         self, command: str, ctx: ToolContext, *, cwd: Path, env: dict[str, str], network: bool
     ) -> Launch | ToolOutput:
@@ -171,6 +191,13 @@ class _Execute:
                 self.sandbox.launch, command, cwd=cwd, env=env, network=network, ro_binds=folders
             )
         if has_feature(ctx.session, "exec.unconfined"):
+            if not network and not self.settings.unconfined_network:
+                return _refused(
+                    f"the shell sandbox cannot start: {why}. Nothing ran. Without the sandbox the command "
+                    "would have the host's network, and this call may not use the network; call again with "
+                    "network: true (needs core.web), or let an administrator set "
+                    "c.ExecuteSettings.unconfined_network = True, or install bubblewrap"
+                )
             log.warning("running a shell command unconfined for %s: %s", ctx.session.user_id, why)
             return self.sandbox.unconfined(command, cwd=cwd, env=env)
         return _refused(
@@ -237,8 +264,10 @@ class _Execute:
                 is_error=True,
                 outcome="error",
             )
-        staged, missing, note = await asyncio.to_thread(self._credentials, skill, ctx.session)
-        ctx.turn_state.setdefault(STAGED_CREDENTIALS, {}).update(staged)
+        staged = await asyncio.to_thread(
+            _stage_credentials, skill, self.env.packages, self.env.store.data_root, ctx.session.project_id
+        )
+        ctx.turn_state.setdefault(STAGED_CREDENTIALS, {}).update(staged.values)
         folders: list[str] = ctx.turn_state.setdefault(SKILL_FOLDERS, [])
         if str(skill.path) not in folders:
             folders.append(str(skill.path))
@@ -249,36 +278,75 @@ class _Execute:
             render_placeholders(skill.body, ctx.session).strip(),
             "</skill>",
         ]
-        if staged:
-            lines.append(f"Credentials staged for shell calls in this turn: {', '.join(sorted(staged))}.")
-        if missing:
+        names = sorted(staged.values)
+        if names:
+            lines.append(f"Credentials staged for shell calls in this turn: {', '.join(names)}.")
+        if staged.missing:
             lines.append(
-                f"Missing credentials: {', '.join(missing)}. Set them in the host environment or in the "
-                "project's credentials.json; commands that need them will fail without them."
+                f"Missing credentials: {', '.join(staged.missing)}. A project administrator can set them in "
+                "the project's credentials.json; commands that need them will fail without them."
             )
-        if note:
-            lines.append(note)
-        data = {"skill": skill.name, "folder": str(skill.path), "staged": sorted(staged), "missing": missing}
+        if staged.refused:
+            why = "; ".join(f"{name} ({reason})" for name, reason in staged.refused.items())
+            lines.append(f"Credentials never staged: {why}.")
+        if staged.note:
+            lines.append(staged.note)
+        data = {
+            "skill": skill.name,
+            "folder": str(skill.path),
+            "staged": names,
+            "missing": staged.missing,
+            "refused": sorted(staged.refused),
+        }
         return ToolOutput(content="\n".join(lines), data=data)
 
-    def _credentials(
-        self, skill: SkillDecl, session: SessionContext
-    ) -> tuple[dict[str, str], list[str], str | None]:
-        """(values staged by name, names missing, a note on the credential file) — blocking."""
-        note = None
-        try:
-            stored = project_credentials(self.env.store.data_root, session.project_id)
-        except (InsecureCredentials, ProviderError) as exc:
-            stored, note = {}, f"The project's credential file was not read: {exc}"
-        staged: dict[str, str] = {}
-        missing: list[str] = []
-        for name in _unique(skill.credentials):
-            value = os.environ.get(name, "").strip() or stored.get(name, "").strip()
-            if _ENV_NAME.fullmatch(name) and name not in _RESERVED and value:
-                staged[name] = value
-            else:
-                missing.append(name)
-        return staged, missing, note
+
+def reserved_credential(name: str) -> bool:
+    """Whether ``name`` is the platform's (or steers the shell) and so never staged for a skill."""
+    upper = name.upper()
+    return upper in _RESERVED_NAMES or upper.startswith(_RESERVED_PREFIXES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Staged:
+    values: dict[str, str]
+    missing: list[str]
+    #: name -> why it is never staged.
+    refused: dict[str, str]
+    note: str | None = None
+
+
+def _stage_credentials(
+    skill: SkillDecl, packages: PackageSet, data_root: DataRoot, project_id: str
+) -> _Staged:
+    """The credentials ``skill`` may have, from the project's credential file only (blocking)."""
+    try:
+        manifest = packages.get(skill.package_id).manifest
+    except UnknownPackage:
+        manifest = None
+    declared = {c.id for c in manifest.credentials} if manifest is not None else set()
+    wanted: list[str] = []
+    refused: dict[str, str] = {}
+    for name in _unique(skill.credentials):
+        if not _ENV_NAME.fullmatch(name):
+            refused[name] = "not an environment variable name"
+        elif reserved_credential(name):
+            refused[name] = "reserved for the platform"
+        elif manifest is None or manifest.trust == "untrusted":
+            refused[name] = "the skill's package is untrusted"
+        elif name not in declared:
+            refused[name] = f"not declared under credentials in {skill.package_id}'s neuralis.json"
+        else:
+            wanted.append(name)
+    if not wanted:
+        return _Staged(values={}, missing=[], refused=refused)
+    try:
+        stored = project_credentials(data_root, project_id)
+    except (InsecureCredentials, ProviderError) as exc:
+        note = f"The project's credential file was not read: {exc}"
+        return _Staged(values={}, missing=wanted, refused=refused, note=note)
+    values = {n: stored[n].strip() for n in wanted if stored.get(n, "").strip()}
+    return _Staged(values=values, missing=[n for n in wanted if n not in values], refused=refused)
 
 
 def _python_dirs(expose: bool) -> list[str]:

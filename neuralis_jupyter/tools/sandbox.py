@@ -6,10 +6,13 @@ Inside the sandbox (bwrap applies its mount options in argv order):
   visible; an empty writable ``/tmp`` that vanishes with the command;
 - the hidden paths (``/home``, ``/root``, ``/run``, the data root, the host user's home) covered by
   empty read-only tmpfs mounts; then the extra read-only binds; then the working directory bound back
-  writable: the only place a write lands on the host;
+  writable: the only place a write lands on the host. Every bind is followed by covering again each
+  hidden path inside it, nested ones included: a bind of ``/home/shared`` never shows a data root at
+  ``/home/shared/neuralis``, although ``/home`` alone was covered at first;
 - its own user namespace with every capability dropped and nested user namespaces disabled (so even
   root cannot remount or unmount its way out), and its own ipc, uts, cgroup and, unless the call may
-  use the network, network namespace (only a private loopback);
+  use the network, network namespace (only a private loopback). ``--disable-userns`` is left out only
+  when ``bwrap --version`` names a release before 0.8, never on the strength of an error message;
 - ``--die-with-parent`` and ``--new-session`` (no TIOCSTI into the host terminal).
 
 The environment is bwrap's own process environment, which it hands to the command unchanged: secrets
@@ -27,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,7 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Capture", "Exit", "Launch", "Sandbox", "bwrap_argv", "run_process"]
+__all__ = [
+    "Capture",
+    "Exit",
+    "Launch",
+    "Sandbox",
+    "bwrap_argv",
+    "parse_bwrap_version",
+    "run_process",
+    "supports_disable_userns",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +115,17 @@ def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def _masks(hidden: Iterable[str | Path]) -> list[str]:
-    """Existing hidden paths, resolved, outermost only; ``/tmp`` is already a private tmpfs."""
-    found = sorted({os.path.realpath(p) for p in hidden if os.path.lexists(p)}, key=len)
+def _hidden(hidden: Iterable[str | Path]) -> list[str]:
+    """Every existing hidden path, resolved, nested ones too; ``/tmp`` is already a private tmpfs."""
+    found = {os.path.realpath(p) for p in hidden if os.path.lexists(p)}
+    return sorted((p for p in found if p != "/" and not _under(p, "/tmp")), key=len)
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """``paths`` (shortest first) without those inside another one."""
     kept: list[str] = []
-    for path in found:
-        if path != "/" and not _under(path, "/tmp") and not any(_under(path, k) for k in kept):
+    for path in paths:
+        if not any(_under(path, k) for k in kept):
             kept.append(path)
     return kept
 
@@ -128,30 +146,36 @@ def bwrap_argv(
 ) -> list[str]:
     """bwrap's options for a command run in ``cwd`` (the command follows, after ``--``).
 
-    A hidden path inside a read-only bind is covered again after the bind, and one inside the working
-    directory after the working directory is bound, so no bind can bring a hidden path back.
+    Every hidden path is remembered, nested ones included (the data root under a hidden ``/home``):
+    after each bind (the read-only binds, the resolver file, the working directory) every hidden path
+    strictly inside it is covered again, so no bind can bring a hidden path back.
     """
     work = os.path.realpath(cwd)
-    masks = _masks(hidden)
+    masks = _hidden(hidden)
     binds = list(dict.fromkeys(os.path.realpath(b) for b in ro_binds))
-    outside = [m for m in masks if not _under(m, work)]
-    inside = [m for m in masks if _under(m, work) and m != work]
+    covered: list[str] = []
+
+    def cover(paths: Iterable[str]) -> list[str]:
+        options: list[str] = []
+        for mask in _outermost(paths):
+            options += _cover(mask)
+            covered.append(mask)
+        return options
+
+    def bind_then_recover(option: str, path: str) -> list[str]:
+        inside = [m for m in masks if _under(m, path) and m != path]
+        return [option, path, path, *cover(inside)]
+
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for mask in outside:
-        argv += _cover(mask)
+    argv += cover(m for m in masks if not _under(m, work))
     for bind in binds:
-        argv += ["--ro-bind-try", bind, bind]
-    for mask in outside:
-        if any(_under(mask, b) and mask != b for b in binds):
-            argv += _cover(mask)
+        argv += bind_then_recover("--ro-bind-try", bind)
     if network:
         resolv = os.path.realpath("/etc/resolv.conf")
         if any(_under(resolv, m) for m in masks):
-            argv += ["--ro-bind-try", resolv, resolv]
-    argv += ["--bind", work, work]
-    for mask in inside:
-        argv += _cover(mask)
-    for mask in [*outside, *inside]:
+            argv += bind_then_recover("--ro-bind-try", resolv)
+    argv += bind_then_recover("--bind", work)
+    for mask in dict.fromkeys(covered):
         if os.path.isdir(mask):
             argv += ["--remount-ro", mask]
     argv += ["--chdir", work, "--unshare-user", *(["--disable-userns"] if disable_userns else [])]
@@ -161,6 +185,28 @@ def bwrap_argv(
         argv.append("--unshare-net")
     argv += ["--die-with-parent", "--new-session"]
     return argv
+
+
+def parse_bwrap_version(text: str) -> tuple[int, ...] | None:
+    """The version ``bwrap --version`` prints (``bubblewrap 0.8.0`` -> ``(0, 8, 0)``); ``None`` if none."""
+    match = re.search(r"\bbubblewrap\s+v?(\d+(?:\.\d+)*)", text)
+    return tuple(int(n) for n in match.group(1).split(".")) if match else None
+
+
+def supports_disable_userns(version: tuple[int, ...] | None) -> bool:
+    """Whether to pass --disable-userns: from 0.8.0 on, and whenever the version is unknown (fail
+    closed: a bubblewrap that then rejects it refuses the shell instead of weakening it)."""
+    return version is None or version >= (0, 8)
+
+
+def _bwrap_version(found: str) -> tuple[int, ...] | None:
+    try:
+        done = subprocess.run(
+            [found, "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_bwrap_version(done.stdout) if done.returncode == 0 else None
 
 
 class Sandbox:
@@ -178,8 +224,8 @@ class Sandbox:
         self.shell = tuple(shell)
         self.hidden = tuple(hidden)
         self.ro_binds = tuple(ro_binds)
-        #: Cleared when this bubblewrap is too old to know --disable-userns (before 0.8).
-        self.disable_userns = True
+        #: What ``bwrap --version`` said, per bubblewrap executable (``None``: no version found).
+        self._versions: dict[str, tuple[int, ...] | None] = {}
         self._started: set[tuple[str, bool]] = set()
 
     async def check(self, *, cwd: Path, network: bool) -> str | None:
@@ -189,12 +235,15 @@ class Sandbox:
             return f"bubblewrap was not found ({self.bwrap!r} is not an executable on PATH)"
         if (found, network) in self._started:
             return None
+        if found not in self._versions:
+            version = self._versions[found] = await asyncio.to_thread(_bwrap_version, found)
+            if not supports_disable_userns(version):
+                # Nested user namespaces stay possible, but every mount stays locked.
+                shown = ".".join(map(str, version or ()))
+                log.warning(
+                    "%s is bubblewrap %s (before 0.8): sandboxing without --disable-userns", found, shown
+                )
         why = await self._probe(found, cwd=cwd, network=network)
-        if why is not None and self.disable_userns and "disable-userns" in why:
-            # bubblewrap < 0.8: nested user namespaces stay possible, but every mount stays locked.
-            log.warning("%s has no --disable-userns; sandboxing without it", found)
-            self.disable_userns = False
-            why = await self._probe(found, cwd=cwd, network=network)
         if why is None:
             self._started.add((found, network))
         return why
@@ -233,7 +282,7 @@ class Sandbox:
             network=network,
             hidden=self.hidden,
             ro_binds=[*self.ro_binds, *ro_binds],
-            disable_userns=self.disable_userns,
+            disable_userns=supports_disable_userns(self._versions.get(bwrap)),
         )
         return Launch(argv=(*options, "--", *self.shell, command), env=dict(env), cwd=cwd, sandboxed=True)
 

@@ -375,12 +375,8 @@ class BackgroundShells:
 
 
 def _owns(session: SessionContext, meta: ShellMeta) -> bool:
-    o = meta["owner"]
-    return (session.project_id, session.user_id, session.agent_id) == (
-        o["projectId"],
-        o["userId"],
-        o["agentId"],
-    )
+    owner = (meta["owner"]["projectId"], meta["owner"]["userId"], meta["owner"]["agentId"])
+    return (session.project_id, session.user_id, session.agent_id) == owner
 
 
 def _report(shell: _Shell, ended: Exit | OSError) -> str:

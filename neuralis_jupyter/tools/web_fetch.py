@@ -8,24 +8,40 @@ A refusal (an address that is not public, a bad URL, a bomb) has outcome ``refus
 such name, connection refused, a timeout, an unreadable body) has outcome ``error``.
 
 ``save_to`` stores the whole rendering (the body's bytes for format raw): ``"tmp"`` is the
-conversation's scratch folder ``<conversation>/tmp/``; a relative path lands inside the agent's
-workspace ``projects/<p>/agents/<a>/workspace/``, never outside it (``..``, absolute paths and symlinks
-that lead out are refused). ``data://`` paths (the drive) do not exist in this host and are refused.
+conversation's scratch folder ``<conversation>/tmp/``; a relative path lands inside the caller's
+workspace, the shell's working directory (``c.ExecuteSettings.workspace``, :func:`.workspace_dir`).
+``data://`` paths (the drive) do not exist in this host and are refused.
+
+``save_to`` is a write although web_fetch is declared a read, so the handler gates it itself, before
+any fetch: it is refused in shadow mode (no effects), in a sub-agent (``depth > 0``: children only
+read), and when the run's envelope admits no write by web_fetch.
+
+The file is written without following any symlink, even one that stays inside: a background shell
+shares the workspace and could swap a folder for a link at any moment. Each folder is opened relative
+to the one above it (``O_NOFOLLOW | O_DIRECTORY``, made with ``mkdir(dir_fd=...)`` when missing), and
+the file relative to the last one. An existing regular file of that name is replaced (fetching the same
+page again refreshes it); a symlink, a hard-linked file or anything that is not a regular file is
+refused, never written through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from traitlets import Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from ..contracts.envelope import EGRESS_EXTERNAL, ToolFacts, authorize_tool_invocation
 from ..runtime import ToolContext, ToolOutput
+from ._exec_settings import ExecuteSettings, workspace_dir
 from .convert import ConversionError, Format, Rendered, render
 from .environment import ToolEnvironment
 from .netguard import AddressPolicy, Refused, Resolver
@@ -127,20 +143,50 @@ def _workspace_path(save_to: str) -> PurePosixPath:
     return path
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: No O_TRUNC before the file is known to be a regular one; O_NONBLOCK so a FIFO cannot hang the host.
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _open_dir(name: str, dir_fd: int, relative: PurePosixPath) -> int:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ValueError(
+                f"{relative}: {name!r} is a symlink or not a folder; links are never followed"
+            ) from None
+        raise
+
+
 def _write(base: Path, relative: PurePosixPath, data: bytes) -> Path:
-    """Write ``data`` at ``base/relative``, refusing any symlink that leads out of ``base``."""
-    base.mkdir(parents=True, exist_ok=True)
-    target = base.joinpath(*relative.parts)
-    # Checked before any folder is made (resolve() follows the symlinks of the part that exists) and
-    # again after, so neither a folder nor the file is created through a link that leads out.
-    for _ in range(2):
-        if not target.parent.resolve().is_relative_to(base.resolve()):
-            raise ValueError(f"{relative} leads outside its folder through a symlink")
-        target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    return target
+    """Write ``data`` at ``base/relative`` without following any symlink below ``base``."""
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        for name in relative.parts[:-1]:
+            inner = _open_dir(name, fd, relative)
+            os.close(fd)
+            fd = inner
+        try:
+            out = os.open(relative.name, _FILE_FLAGS, 0o644, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                raise ValueError(
+                    f"{relative} is a symlink or not a regular file; it is never written through"
+                ) from None
+            raise
+    finally:
+        os.close(fd)
+    with os.fdopen(out, "wb") as fh:
+        st = os.fstat(out)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            raise ValueError(f"{relative} is not a regular file of its own (a hard link or a special file)")
+        os.set_blocking(out, True)
+        os.ftruncate(out, 0)
+        fh.write(data)
+    return base.joinpath(*relative.parts)
 
 
 def _tmp_name(url: str, fmt: Format, rendered: Rendered) -> PurePosixPath:
@@ -159,23 +205,59 @@ def _cut(text: str, max_chars: int) -> str:
     )
 
 
+#: What the envelope is asked about ``save_to``: web_fetch as the write it then is.
+_SAVING = ToolFacts(name="web_fetch", access="write", effects=frozenset({EGRESS_EXTERNAL}))
+
+
+def _save_refusal(ctx: ToolContext) -> str | None:
+    """Why this call may not write a file, or ``None`` when it may."""
+    if ctx.request.mode.kind == "shadow":
+        return "writes a file, and this run is in shadow mode, which performs no effects"
+    if ctx.request.depth > 0:
+        return "writes a file, and a sub-agent only reads; return the content to the agent that asked"
+    auth = authorize_tool_invocation(_SAVING, ctx.request.envelope)
+    if not auth.allowed:
+        return f"writes a file, and this run's envelope does not admit it: {auth.reason}"
+    return None
+
+
+def _refused_save(why: object) -> ToolOutput:
+    return ToolOutput(
+        content=f"Refused: save_to {why}. Nothing was fetched.", is_error=True, outcome="refused"
+    )
+
+
 def handlers(env: ToolEnvironment) -> dict[str, Any]:
     options = WebSettings(config=env.config).options()
-    data_root = env.store.data_root
+    workspace = ExecuteSettings(config=env.config)
+    data_root = env.store.data_root.root
+    default_agent = env.settings.default_agent
 
     async def web_fetch(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         url: str = args["url"]
         fmt: Format = args.get("format", "markdown")
         max_chars = int(args.get("max_chars", 20000))
         save_to: str | None = args.get("save_to")
+        base: Path | None = None
         relative: PurePosixPath | None = None
-        if save_to is not None and save_to != "tmp":
-            try:
-                relative = _workspace_path(save_to)
-                if ctx.session.agent_id is None:
-                    raise ValueError("this session has no agent, so no workspace")
-            except ValueError as exc:
-                return ToolOutput(content=f"Refused: save_to {exc}.", is_error=True, outcome="refused")
+        if save_to is not None:
+            why = _save_refusal(ctx)
+            if why is not None:
+                return _refused_save(why)
+            if save_to == "tmp":
+                base = ctx.request.conversation.path
+            else:
+                try:
+                    relative = _workspace_path(save_to)
+                    base = await asyncio.to_thread(
+                        workspace_dir,
+                        workspace,
+                        data_root=data_root,
+                        session=ctx.session,
+                        default_agent=default_agent,
+                    )
+                except ValueError as exc:
+                    return _refused_save(exc)
         try:
             fetched = await fetch(url, options)
             rendered = await asyncio.to_thread(
@@ -206,12 +288,10 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
         }
         notes = [fetched.url, f"HTTP {fetched.status}", fetched.content_type or "no content type"]
         notes.append(f"{len(fetched.body)} bytes" + (" (cut at the byte cap)" if fetched.truncated else ""))
-        if save_to is not None:
+        if base is not None:
             payload = fetched.body if fmt == "raw" else rendered.text.encode("utf-8")
             if relative is None:
-                base, relative = ctx.request.conversation.path / "tmp", _tmp_name(fetched.url, fmt, rendered)
-            else:
-                base = data_root.agent_dir(ctx.session.project_id, ctx.session.agent_id or "") / "workspace"
+                relative = PurePosixPath("tmp") / _tmp_name(fetched.url, fmt, rendered)
             try:
                 saved = await asyncio.to_thread(_write, base, relative, payload)
             except (ValueError, OSError) as exc:

@@ -96,3 +96,16 @@ def test_role_priority_assignment(caller, target, allowed):
 def test_no_priority_bypasses_only_for_a_system_session():
     assert can_assign_agent_role(create_system_session("bootstrap", "agent-core"), 0)
     assert not can_assign_agent_role(session("*", priority=None), 40)
+
+
+def test_conversations_are_their_creators():
+    from neuralis_jupyter.contracts.agent_access import can_open_conversation
+
+    member = session("own", "bob", priority=30)
+    assert can_open_conversation(member, owner="bob")
+    assert not can_open_conversation(member, owner="alice")
+    assert can_open_conversation(session("*", "dave", priority=10), owner="alice")  # admin tier
+    assert can_open_conversation(session("*", "owen", priority=0), owner="alice")
+    assert not can_open_conversation(session("*", "mia", priority=20), owner="alice")  # manager
+    assert not can_open_conversation(session("*", "sys", priority=None), owner="alice")
+    assert can_open_conversation(create_system_session("bootstrap", "agent-core"), owner="alice")

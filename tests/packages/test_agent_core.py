@@ -95,7 +95,7 @@ def test_a_shipped_tool_file_and_its_input_schema_validate(path):
 
 EXPECTED_FACTS = {
     # name: (access, effects, features, intrinsic, barred, deterministic)
-    "execute": ("write", {"exec"}, ("core.execute",), False, False, True),
+    "execute": ("write", {"exec"}, ("core.execute",), False, False, False),
     "delegate": ("write", set(), None, True, False, True),
     "todos": ("write", set(), None, True, False, True),
     "compact_history": ("write", set(), None, True, False, True),

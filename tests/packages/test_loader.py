@@ -20,11 +20,12 @@ from .builders import (
 )
 
 
-def load(*roots, builtin=False, entry_points=False):
+def load(*roots, builtin=False, entry_points=False, trusted=("demo-pkg",)):
     return PackageLoader(
         builtin_root=builtin_package_dir("agent-core") if builtin else None,
         roots=list(roots),
         entry_points=entry_points,
+        trusted=trusted,
     ).load()
 
 
@@ -114,7 +115,7 @@ def test_a_reserved_id_in_a_third_party_manifest_is_refused(tmp_path):
 
 def test_first_party_is_clamped_outside_the_builtin(tmp_path):
     write_package(tmp_path / "p", "claims-pkg", trust="first-party", tools=[tool("lookup")])
-    packages = load(tmp_path / "p", builtin=True)
+    packages = load(tmp_path / "p", builtin=True, trusted=("claims-pkg",))
     assert packages.trust_of("claims-pkg") == "trusted"
     assert packages.trust_of(AGENT_CORE_ID) == "first-party"
     [_, entry] = packages.health()
@@ -209,6 +210,27 @@ def test_an_entry_point_claiming_first_party_is_clamped(tmp_path, monkeypatch, f
     write_plugin_package(dist, trust="first-party")
     packages = load(entry_points=True)
     assert packages.trust_of("demo-pkg") == "trusted"
+
+
+@pytest.mark.parametrize(
+    ("declared", "listed", "effective"),
+    [
+        ("trusted", False, "untrusted"),  # a package cannot grant itself authority
+        ("trusted", True, "trusted"),
+        ("first-party", False, "untrusted"),
+        ("first-party", True, "trusted"),
+        ("untrusted", True, "untrusted"),  # listing never raises a package above what it asks for
+    ],
+)
+def test_trust_is_the_operators_grant(tmp_path, declared, listed, effective):
+    root = write_package(
+        tmp_path / "p", "acme-tools", trust=declared, tools=[tool("acme_write", access="write")]
+    )
+    packages = load(root, trusted=("acme-tools",) if listed else ())
+    assert packages.trust_of("acme-tools") == effective
+    [entry] = [e for e in packages.health() if e["id"] == "acme-tools"]
+    if effective != declared:
+        assert entry["detail"][0].startswith(f"claims {declared} trust; clamped to {effective}")
 
 
 def test_a_start_hook_that_raises_is_start_failed_next_to_a_healthy_package(

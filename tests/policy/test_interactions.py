@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -332,9 +332,44 @@ def test_who_may_resolve(store, conv):
         asyncio.run(engine.replay(first.id, tools=ToolRegistry(), runner=context_factory(store, conv)))
 
 
-def test_nobody_can_supply_arguments():
-    for method in (PolicyEngine.resolve, PolicyEngine.replay):
-        assert not {"input", "arguments", "args"} & set(inspect.signature(method).parameters)
+EVIL = '{"text":"evil"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "digest", "refused"),
+    [
+        (None, None, None),  # untouched: exactly the stored input runs
+        (EVIL, None, "input_hash"),  # the input edited, not its hash
+        (None, input_hash(EVIL), "input_hash"),  # the hash edited, not the input
+        (EVIL, input_hash(EVIL), None),  # the row rewritten consistently: still only the row can run
+    ],
+)
+def test_nobody_can_supply_arguments(store, conv, text, digest, refused):
+    """What runs is the row's input, verified against its hash, or nothing: no caller hands in another."""
+    pending = defer_one(store, conv)
+    engine = PolicyEngine(store)
+    with pytest.raises(TypeError):
+        engine.resolve(pending.id, approve=True, by=session(), input={"text": "evil"})  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        engine.replay(pending.id, tools=ToolRegistry(), runner=None, arguments={})  # type: ignore[call-arg]
+    values = {k: v for k, v in (("input_json", text), ("input_hash", digest)) if v is not None}
+    if values:
+        with store.engine.begin() as c:
+            t = pending_interactions
+            c.execute(t.update().where(t.c.id == pending.id).values(**values))
+    asyncio.run(engine.resolve(pending.id, approve=True, by=session()))
+    calls: list[Any] = []
+    tools = ToolRegistry.of([make_tool("write_note", access="write", calls=calls)])
+    replay = engine.replay(pending.id, tools=tools, runner=context_factory(store, conv))
+    if refused is not None:
+        with pytest.raises(ReplayRefused) as info:
+            asyncio.run(replay)
+        assert (info.value.check, calls) == (refused, [])
+        return
+    asyncio.run(replay)
+    stored = store.interactions.get(pending.id)
+    assert calls == [("write_note", json.loads(stored.input_json))]
+    assert stored.status == "executed"
 
 
 def test_the_stored_row_keeps_the_validated_input_and_session(store, conv):

@@ -55,7 +55,9 @@ def test_text_stream(fake_llm: FakeLLMServer) -> None:
     assert len(deltas) == 7
     assert "".join(d.text for d in deltas) == "Hello from the fake model"
     assert [type(e) for e in events[-2:]] == [UsageEvent, StopEvent]
-    assert sum(isinstance(e, UsageEvent) for e in events) == 1
+    # The input side is reported as soon as message_start arrives; the final report closes the stream.
+    assert [e.partial for e in events if isinstance(e, UsageEvent)] == [True, False]
+    assert isinstance(events[0], UsageEvent)
     assert sum(isinstance(e, StopEvent) for e in events) == 1
     assert events[-1] == StopEvent(reason="end_turn", raw_reason="end_turn")
     fake_llm.assert_complete()
@@ -80,7 +82,7 @@ def test_parallel_tool_calls_from_fragments(fake_llm: FakeLLMServer) -> None:
 def test_tool_call_without_arguments_has_empty_input(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply(calls=(Call(name="list_variables", id="toolu_1"),)))
     events = collect_events(_model(fake_llm), _request())
-    assert events[0] == ToolUseEvent(id="toolu_1", name="list_variables", input={})
+    assert events[1] == ToolUseEvent(id="toolu_1", name="list_variables", input={})
 
 
 def test_exact_token_counts_with_cache(fake_llm: FakeLLMServer) -> None:
@@ -89,7 +91,10 @@ def test_exact_token_counts_with_cache(fake_llm: FakeLLMServer) -> None:
     )
     usage = [e for e in collect_events(_model(fake_llm), _request()) if isinstance(e, UsageEvent)]
     assert usage == [
-        UsageEvent(input_tokens=1200, output_tokens=37, cache_read_tokens=9000, cache_write_tokens=450)
+        UsageEvent(
+            input_tokens=1200, output_tokens=1, cache_read_tokens=9000, cache_write_tokens=450, partial=True
+        ),
+        UsageEvent(input_tokens=1200, output_tokens=37, cache_read_tokens=9000, cache_write_tokens=450),
     ]
 
 
@@ -294,8 +299,11 @@ def test_stopping_mid_stream_closes_cleanly(fake_llm: FakeLLMServer) -> None:
 
     async def first_delta_then_stop() -> str:
         stream = model.stream(_request())
+        usage = await anext(stream)
         event = await anext(stream)
         await stream.aclose()
+        assert isinstance(usage, UsageEvent)
+        assert usage.partial
         assert isinstance(event, TextDelta)
         return event.text
 

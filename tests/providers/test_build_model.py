@@ -110,3 +110,15 @@ def test_key_from_the_project_file_reaches_the_server(
     events = collect_events(model, ModelRequest(model="claude-haiku-4-5", system="s", messages=(USER_HI,)))
     assert events[-1] == StopEvent(reason="end_turn", raw_reason="end_turn")
     assert fake_llm.requests[0].headers["authorization"] == "<redacted>"
+
+
+def test_an_unpriced_model_is_refused_on_openais_own_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It would run unmetered there, past every spend limit; a local compatible server may serve any.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(UnknownModel, match="known openai models"):
+        build_model("openai:gpt-4.1-2025-04-14-snapshot")
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://api.openai.com/v1")
+    with pytest.raises(UnknownModel):
+        build_model("openai:some-new-model")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+    assert build_model("openai:some-new-model").model_id == "some-new-model"

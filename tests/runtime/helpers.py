@@ -8,7 +8,7 @@ from typing import Any
 from neuralis_jupyter.contracts import SessionContext
 from neuralis_jupyter.contracts.envelope import EGRESS_EXTERNAL
 from neuralis_jupyter.runtime.permission import PermissionDecision, PermissionRequest
-from neuralis_jupyter.runtime.tools import Tool, ToolOutput, ToolRegistry
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID, Tool, ToolOutput, ToolRegistry
 
 OBJ: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": True}
 
@@ -45,6 +45,7 @@ class Probe:
         attested: bool = False,
         deterministic: bool = True,
         schema: dict[str, Any] | None = None,
+        package_id: str = AGENT_CORE_ID,
     ) -> Tool:
         async def handler(args: dict[str, Any], ctx: Any) -> ToolOutput:
             self.calls.append((name, args))
@@ -66,6 +67,7 @@ class Probe:
             effects=effects,
             attested=attested,
             deterministic=deterministic,
+            package_id=package_id,
         )
 
     def registry(self) -> ToolRegistry:

@@ -13,6 +13,7 @@ from neuralis_jupyter.providers.cassette import Cassette, CassetteModel, cassett
 from neuralis_jupyter.providers.errors import CassetteMismatch
 from neuralis_jupyter.providers.scripted import Call, Reply
 from neuralis_jupyter.runtime import AgentRuntime, Tool, ToolOutput, ToolRegistry, TurnRequest
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 from neuralis_jupyter.testing import FakeLLMServer
 
@@ -43,9 +44,17 @@ def tools(ticks):
                 input_schema=OBJ,
                 handler=clock,
                 access="read",
+                package_id=AGENT_CORE_ID,
                 deterministic=False,
             ),
-            Tool(name="double", description="x2", input_schema=OBJ, handler=double, access="read"),
+            Tool(
+                name="double",
+                description="x2",
+                input_schema=OBJ,
+                handler=double,
+                access="read",
+                package_id=AGENT_CORE_ID,
+            ),
         ]
     )
 

@@ -530,3 +530,22 @@ def test_a_stop_request_in_the_store_stops_the_turn(store, harness):
         store, target.conversation, harness, session=target.session, stop=bench.stop_signal(target)
     )
     assert again.status == "completed"
+
+
+@pytest.mark.parametrize("harness", ["scripted"], indirect=True)
+def test_shadow_mode_captures_an_attested_read_that_sends_data_out(store, conv, harness):
+    from neuralis_jupyter.contracts.envelope import EGRESS_EXTERNAL
+
+    probe = Probe()
+    tools = ToolRegistry.of(
+        [
+            probe.tool("lookup", attested=True),
+            probe.tool("fetch", attested=True, effects=frozenset({EGRESS_EXTERNAL})),
+        ]
+    )
+    harness.enqueue(Reply(calls=(Call(name="lookup", id="l"), Call(name="fetch", id="f"))), Reply(text="ok"))
+    run_turn(store, conv, harness, tools, mode=SHADOW, permission=RecordingHook())
+    results = results_of(conv)
+    assert results["l"]["outcome"] == "ok"
+    assert results["f"]["outcome"] == "shadow_denied"
+    assert [n for n, _ in probe.calls] == ["lookup"]

@@ -11,6 +11,7 @@ from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import SHADOW, AgentRuntime, Tool, ToolOutput, ToolRegistry, TurnRequest
 from neuralis_jupyter.runtime.results import read_tool_result_tool
 from neuralis_jupyter.runtime.subagents import SubagentEvent, child_registry, run_child
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 
 from .helpers import OBJ, Probe, session
@@ -34,6 +35,7 @@ def parent_tools(probe, spawn):
                 input_schema=OBJ,
                 handler=spawn,
                 access="read",
+                package_id=AGENT_CORE_ID,
                 intrinsic=True,
             ),
         ]
@@ -56,6 +58,7 @@ def test_child_registry_is_reads_within_the_parent_scope():
                 input_schema=OBJ,
                 handler=noop,
                 access="read",
+                package_id=AGENT_CORE_ID,
                 barred_from_subagents=True,
             ),
         ]

@@ -294,3 +294,29 @@ def test_append_without_waiting_refuses_a_held_lock(conv):
             conv.replace(1, text_row("inline"), wait=False)
     assert conv.append(text_row("second"), wait=False) == 2
     assert [r["content"][0]["text"] for r in conv.read_all()] == ["first", "second"]
+
+
+def test_a_writer_does_not_wait_forever_for_a_stuck_lock(conv):
+    from neuralis_jupyter.store.errors import StoreError
+
+    conv.lock_timeout = 0.2
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)",
+            str(conv.path / ".lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreError, match="stayed locked"):
+            conv.append(text_row("blocked"))
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert conv.append(text_row("free again")) == 1

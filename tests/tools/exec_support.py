@@ -23,6 +23,7 @@ from neuralis_jupyter.contracts import SessionContext
 from neuralis_jupyter.packages import AGENT_CORE_ID, PackageLoader, PackageSet
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import AgentRuntime, StopSignal, TurnRequest, TurnSettled
+from neuralis_jupyter.runtime.context import ToolTape
 from neuralis_jupyter.runtime.events import RuntimeEvent
 from neuralis_jupyter.runtime.permission import PermissionDecision, PermissionRequest
 from neuralis_jupyter.store import Store
@@ -86,12 +87,17 @@ class ExecRig:
         *,
         settings: dict[str, Any] | None = None,
         package_roots: Sequence[Path] = (),
+        trusted_packages: Sequence[str] = (),
         api_url: str | None = None,
     ) -> ExecRig:
         neuralis = NeuralisSettings(
             data_root=str(root),
             store_url=f"sqlite:///{root / 'neuralis.db'}",
             package_roots=[str(p) for p in package_roots],
+            # The operator's list of the packages it trusts (c.NeuralisSettings.trusted_packages).
+            config=Config(
+                {"NeuralisSettings": {"trusted_packages": list(trusted_packages)}} if trusted_packages else {}
+            ),
         )
         store = Store(neuralis)
         packages = PackageLoader.from_settings(neuralis, entry_points=False).load()
@@ -108,7 +114,8 @@ class ExecRig:
 
     @property
     def workspace(self) -> Path:
-        return self.root / "projects" / "default" / "agents" / "assistant" / "workspace"
+        """alice's own workspace with the assistant (the default workspace is per user)."""
+        return self.root / "projects" / "default" / "agents" / "assistant" / "workspace" / "alice"
 
     def open_session(self, session: SessionContext | None = None) -> SessionContext:
         """``session`` with a fresh request id and its stream opened, as the host does per turn."""
@@ -126,6 +133,7 @@ class ExecRig:
         message: str | None = "go",
         stop: StopSignal | None = None,
         on_event: Callable[[RuntimeEvent], None] | None = None,
+        tape: ToolTape | None = None,
     ) -> TurnSettled:
         opened = await asyncio.to_thread(self.open_session, session)
         request = TurnRequest(
@@ -136,6 +144,7 @@ class ExecRig:
             message=message,
             permission=AllowAll(),
             stop=stop,
+            tape=tape,
         )
         return await self.runtime.run(request, on_event=on_event)
 

@@ -14,6 +14,7 @@ from neuralis_jupyter.config import NeuralisSettings
 from neuralis_jupyter.packages import PackageSet
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import AgentRuntime, Tool, ToolOutput, ToolRegistry, TurnRequest
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 from neuralis_jupyter.tools import compact
 from neuralis_jupyter.tools.compact import apply_compaction, history_transform, set_compaction_mode
@@ -53,8 +54,16 @@ def registry(store):
                 handler=compact.handlers(env)["compact_history"],
                 access=spec["x-neuralis"]["access"],
                 intrinsic=True,
+                package_id=AGENT_CORE_ID,
             ),
-            Tool(name="fetch", description="fetch", input_schema=obj, handler=fetch, access="read"),
+            Tool(
+                name="fetch",
+                description="fetch",
+                input_schema=obj,
+                handler=fetch,
+                access="read",
+                package_id=AGENT_CORE_ID,
+            ),
         ]
     )
 

@@ -10,6 +10,7 @@ import pytest
 from neuralis_jupyter.config import NeuralisSettings
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import Tool, ToolOutput
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 from neuralis_jupyter.workbench import Workbench
 
@@ -44,7 +45,14 @@ def extra_tools(calls):
             calls.append((name, ctx.session.delegate_run_id))
             return ToolOutput(content=f"{name} done")
 
-        return Tool(name=name, description=name, input_schema=OBJ, handler=handler, access=access)
+        return Tool(
+            name=name,
+            description=name,
+            input_schema=OBJ,
+            handler=handler,
+            access=access,
+            package_id=AGENT_CORE_ID,
+        )
 
     return [make("lookup", "read"), make("search", "read"), make("write_note", "write")]
 
@@ -259,3 +267,34 @@ def test_background_child_reports_back(bench):
     assert report.text.startswith("background child finished")
     rows = target.conversation.read_all()
     assert rows[-1]["content"][0]["type"] == "delegate_report"
+
+
+def test_a_background_child_that_fails_still_reports(bench):
+    from neuralis_jupyter.providers.scripted import ScriptExhausted
+
+    continued = []
+
+    async def cont(session, conversation, report):
+        continued.append(report)
+
+    bench.test_env.services["continue"] = cont
+    # The parent's script covers the parent only: the child's first model call finds it exhausted.
+    model = ScriptedModel(
+        [
+            Reply(calls=(Call(name="delegate", id="d1", input={"task": "doomed", "background": True}),)),
+            Reply(text="parent carries on"),
+        ]
+    )
+    target = bench.target("alice")
+
+    async def go():
+        async with bench.turn(target, "start it", model=model) as request:
+            await bench.runtime.run(request)
+        runs = bench.test_env.services["delegates"]
+        await asyncio.wait_for(asyncio.gather(*runs.tasks.values(), return_exceptions=True), timeout=10)
+
+    asyncio.run(go())
+    assert len(continued) == 1
+    assert "failed" in continued[0].text
+    assert ScriptExhausted.__name__ in continued[0].text
+    assert target.conversation.read_all()[-1]["content"][0]["type"] == "delegate_report"

@@ -1,5 +1,5 @@
 """The execute tool through real turns: result shape, gates, the session ticket, the API URL, a stop
-during a long command, and skill activation with credentials staged for the rest of the turn only."""
+during a long command, and cassette replay (skills: test_execute_skills.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from neuralis_jupyter.providers.cassette import Cassette, CassetteModel
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import StopSignal
 from neuralis_jupyter.runtime.events import RuntimeEvent, ToolCallFinished, ToolCallStarted, TurnStarted
 from neuralis_jupyter.store.tickets import TicketError
 
-from .exec_support import MEMBER, ExecRig, exec_data_root, exec_session, gone, needs_bwrap, processes_with
+from .exec_support import ExecRig, exec_data_root, exec_session, gone, needs_bwrap, processes_with
 
 pytestmark = needs_bwrap
 
@@ -112,93 +113,27 @@ def test_a_stop_during_a_long_command_ends_the_turn_and_kills_it(rig: ExecRig) -
     assert rig.result("c0")["outcome"] == "stopped"
 
 
-# -- skills ---------------------------------------------------------------------------------------
-
-
-def write_skills(root: Path) -> Path:
-    package = root / "acme-tools"
-    (package / "skills" / "fetcher").mkdir(parents=True)
-    (package / "skills" / "secret-op").mkdir(parents=True)
-    manifest = {"id": "acme-tools", "version": "1.0.0", "trust": "trusted", "description": "Test skills."}
-    (package / "neuralis.json").write_text(json.dumps(manifest))
-    (package / "skills" / "fetcher" / "SKILL.md").write_text(
-        "---\nname: fetcher\ndescription: Fetch things with keys.\n"
-        "credentials: [NEURALIS_TEST_CRED_ENV, NEURALIS_TEST_CRED_FILE, NEURALIS_TEST_CRED_MISSING]\n---\n"
-        "Project {{projectId}}, agent {{agentId}}, user {{userId}}; keep {{other}} as written.\n"
-    )
-    (package / "skills" / "fetcher" / "notes.txt").write_text("notes beside the skill\n")
-    (package / "skills" / "secret-op" / "SKILL.md").write_text(
-        "---\nname: secret-op\ndescription: Host-only work.\nrequiredFeatures: [exec.host]\n---\nHidden.\n"
-    )
-    return root
-
-
-@pytest.fixture
-def skill_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ExecRig]:
-    monkeypatch.setenv("NEURALIS_TEST_CRED_ENV", "env-value-1f2e")
-    with exec_data_root(tmp_path) as root:
-        rig = ExecRig.build(root, package_roots=[write_skills(tmp_path / "packages")])
-        creds = root / "projects" / "default" / "credentials.json"
-        creds.write_text(json.dumps({"NEURALIS_TEST_CRED_FILE": "file-value-9a8b"}))
-        creds.chmod(0o600)
-        yield rig
-
-
-def test_a_skill_renders_and_stages_credentials_for_this_turn_only(
-    skill_rig: ExecRig, tmp_path: Path
+def test_a_replayed_execute_call_returns_the_recorded_result_without_running(
+    rig: ExecRig, tmp_path: Path
 ) -> None:
-    rig = skill_rig
-    folder = tmp_path / "packages" / "acme-tools" / "skills" / "fetcher"
-    probe = "echo " + " ".join(f"${{NEURALIS_TEST_CRED_{n}-unset}}" for n in ("ENV", "FILE", "MISSING"))
-    first = ScriptedModel(
-        [
-            Reply(calls=(Call(name="execute", input={"action": "skill", "skill": "fetcher"}, id="s1"),)),
-            Reply(
-                calls=(Call(name="execute", input={"command": f"{probe}; cat {folder}/notes.txt"}, id="s2"),)
-            ),
-            Reply(text="done"),
-        ]
-    )
-    assert asyncio.run(rig.turn(first)).status == "completed"
-    activation = rig.result("s1")
-    text = activation["content"]
-    assert activation["outcome"] == "ok"
-    assert "Project default, agent assistant, user alice; keep {{other}} as written." in text
+    """execute is not deterministic: a cassette replay hands back the recorded result, and the shell
+    command does not run again."""
+    path = tmp_path / "run.cassette.jsonl"
+    command = "echo ran >> runs.txt; cat /proc/sys/kernel/random/uuid"
+    script = [Reply(calls=(Call(name="execute", input={"command": command}, id="c0"),)), Reply(text="done")]
+    record = Cassette(path, "record")
+    record.volatile_value(rig.conv.id, "conversation_id")
     assert (
-        "Credentials staged for shell calls in this turn: NEURALIS_TEST_CRED_ENV, NEURALIS_TEST_CRED_FILE."
-        in text
+        asyncio.run(rig.turn(CassetteModel(record, ScriptedModel(script)), tape=record)).status == "completed"
     )
-    assert "Missing credentials: NEURALIS_TEST_CRED_MISSING." in text
-    assert "env-value-1f2e" not in text
-    assert "file-value-9a8b" not in text
-    used = json.loads(rig.result("s2")["content"])
-    assert used["stdout"] == "env-value-1f2e file-value-9a8b unset\nnotes beside the skill\n"
+    recorded = rig.result("c0")
+    assert (rig.workspace / "runs.txt").read_text() == "ran\n"
 
-    second = ScriptedModel(
-        [Reply(calls=(Call(name="execute", input={"command": probe}, id="s3"),)), Reply(text="ok")]
-    )
-    assert asyncio.run(rig.turn(second)).status == "completed"
-    assert json.loads(rig.result("s3")["content"])["stdout"] == "unset unset unset\n"
-
-
-def test_an_insecure_credential_file_is_not_read(skill_rig: ExecRig) -> None:
-    (skill_rig.root / "projects" / "default" / "credentials.json").chmod(0o644)
-    block = skill_rig.call(action="skill", skill="fetcher")
-    assert "Missing credentials: NEURALIS_TEST_CRED_FILE, NEURALIS_TEST_CRED_MISSING." in block["content"]
-    assert "The project's credential file was not read" in block["content"]
-    assert "chmod 600" in block["content"]
-
-
-def test_unknown_and_hidden_skills_answer_alike(skill_rig: ExecRig) -> None:
-    hidden = skill_rig.call(action="skill", skill="secret-op")
-    unknown = skill_rig.call(action="skill", skill="nonesuch")
-    assert hidden["content"] == unknown["content"].replace("nonesuch", "secret-op")
-    assert hidden["content"].startswith("Skill not found: 'secret-op'.")
-    assert (
-        (hidden["outcome"], hidden["is_error"])
-        == (unknown["outcome"], unknown["is_error"])
-        == ("error", True)
-    )
-    # The same skill is there for a session that holds the feature it requires.
-    host = exec_session(features=(*MEMBER, "exec.host"))
-    assert skill_rig.call(host, action="skill", skill="secret-op")["outcome"] == "ok"
+    rig.conv = rig.store.conversations.create(project_id="default", agent_id="assistant", user_id="alice")
+    replay = Cassette(path, "replay")
+    replay.volatile_value(rig.conv.id, "conversation_id")
+    settled = asyncio.run(rig.turn(CassetteModel(replay), tape=replay))
+    assert (settled.status, settled.text) == ("completed", "done")
+    replay.assert_complete()
+    assert rig.result("c0")["content"] == recorded["content"]
+    assert (rig.workspace / "runs.txt").read_text() == "ran\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from neuralis_jupyter.tools.sandbox import Capture, bwrap_argv
+from neuralis_jupyter.tools.sandbox import Capture, bwrap_argv, parse_bwrap_version, supports_disable_userns
 
 from .exec_support import (
     BWRAP,
@@ -67,11 +67,13 @@ def test_without_bubblewrap_the_shell_is_refused(tmp_path: Path) -> None:
         assert not (tmp_path / "ran").exists()
 
 
-def test_without_bubblewrap_exec_unconfined_runs_unconfined(tmp_path: Path) -> None:
+def test_without_bubblewrap_exec_unconfined_runs_unconfined_when_it_may_use_the_network(
+    tmp_path: Path,
+) -> None:
     with exec_data_root(tmp_path) as root:
         rig = ExecRig.build(root, settings={"bwrap_path": str(tmp_path / "no-such-bwrap")})
-        admin = exec_session(features=(*MEMBER, "exec.unconfined"))
-        result = rig.shell("echo $HOME; env | sort | cut -d= -f1", admin)
+        admin = exec_session(features=(*MEMBER, "exec.unconfined", "core.web"))
+        result = rig.shell("echo $HOME; env | sort | cut -d= -f1", admin, network=True)
         assert result["unconfined"] is True
         assert result["exitCode"] == 0
         lines = result["stdout"].split()
@@ -79,13 +81,34 @@ def test_without_bubblewrap_exec_unconfined_runs_unconfined(tmp_path: Path) -> N
         assert set(lines[1:]) <= {"HOME", "LANG", "NEURALIS_SESSION_TOKEN", "PATH", "PWD", "SHLVL", "_"}
 
 
+@pytest.mark.parametrize("features", [(), ("core.web",)], ids=["no-core-web", "core-web"])
+def test_without_bubblewrap_an_unconfined_call_without_network_is_refused(
+    tmp_path: Path, features: tuple[str, ...]
+) -> None:
+    """An unconfined command has the host's network: network false (or no core.web) refuses it."""
+    with exec_data_root(tmp_path) as root:
+        rig = ExecRig.build(root, settings={"bwrap_path": str(tmp_path / "no-such-bwrap")})
+        admin = exec_session(features=(*MEMBER, "exec.unconfined", *features))
+        block = rig.call(admin, command=f"touch {tmp_path}/ran", network=False)
+        assert (block["outcome"], block["is_error"]) == ("refused", True)
+        assert "the host's network" in block["content"]
+        assert "c.ExecuteSettings.unconfined_network" in block["content"]
+        assert not (tmp_path / "ran").exists()
+        # The explicit setting lets it run (and says so in the result).
+        allowed = ExecRig.build(
+            root, settings={"bwrap_path": str(tmp_path / "no-such-bwrap"), "unconfined_network": True}
+        )
+        result = allowed.shell(f"touch {tmp_path}/ran", admin)
+        assert result["unconfined"] is True
+        assert (tmp_path / "ran").exists()
+
+
 @pytest.mark.parametrize("confinement", ["sandbox", "unconfined"])
 def test_a_timeout_kills_the_whole_process_group(tmp_path: Path, confinement: str) -> None:
     if confinement == "sandbox" and BWRAP is None:
         pytest.skip("bubblewrap is not installed")
-    settings = (
-        {"timeout": 0.5} if confinement == "sandbox" else {"timeout": 0.5, "bwrap_path": "/nonexistent"}
-    )
+    unconfined = {"bwrap_path": "/nonexistent", "unconfined_network": True}
+    settings = {"timeout": 0.5} if confinement == "sandbox" else {"timeout": 0.5, **unconfined}
     marker = f"1000.{secrets.randbelow(10**6):06d}"
     with exec_data_root(tmp_path) as root:
         rig = ExecRig.build(root, settings=settings)
@@ -167,29 +190,111 @@ def test_a_read_only_bind_never_brings_a_hidden_path_back(tmp_path: Path) -> Non
             )
 
 
-def test_a_workspace_that_holds_the_data_root_is_refused(tmp_path: Path) -> None:
+def test_every_bind_covers_again_the_hidden_paths_nested_inside_it(tmp_path: Path) -> None:
+    """/home hidden, the data root at /home/shared/neuralis, /home/shared bound: the data root is
+    covered after the bind although /home alone was covered first."""
+    with exec_data_root(tmp_path) as home:
+        if str(home).startswith("/tmp/"):
+            pytest.skip("needs a writable /var/tmp (a path under /tmp is never masked)")
+        root = home / "shared" / "neuralis"
+        work = root / "projects" / "p" / "agents" / "a" / "workspace" / "u"
+        work.mkdir(parents=True)
+        shared = str(home / "shared")
+        argv = bwrap_argv("bwrap", cwd=work, network=False, hidden=[home, root], ro_binds=[shared])
+        pairs = list(itertools.pairwise(argv))
+        assert [b for a, b in pairs if a == "--tmpfs"] == ["/tmp", str(home), str(root)]
+        bound = argv.index(shared)
+        assert argv.index(str(home)) < bound < argv.index(str(root)) < argv.index("--bind")
+        assert ("--remount-ro", str(root)) in pairs
+
+
+@pytest.mark.parametrize("workspace", ["{parent}", "{root}", "/var/tmp/{user}", "link/{user}"])
+def test_a_workspace_outside_the_data_root_is_refused(tmp_path: Path, workspace: str) -> None:
     with exec_data_root(tmp_path) as root:
-        rig = ExecRig.build(root, settings={"workspace": str(root.parent)})
+        (root / "link").symlink_to(tmp_path)  # a relative template that leads out through a symlink
+        template = workspace.format(parent=root.parent, root=root, user="{user}")
+        rig = ExecRig.build(root, settings={"workspace": template})
         block = rig.call(exec_session(features=(*MEMBER, "exec.unconfined")), command="echo never")
         assert block["outcome"] == "error"
-        assert "holds the data root" in block["content"]
+        assert "which is not a folder inside the data root" in block["content"]
+        assert not (tmp_path / "alice").exists()
 
 
 @needs_bwrap
-def test_a_bubblewrap_without_disable_userns_still_sandboxes(tmp_path: Path) -> None:
-    """bubblewrap before 0.8 (Ubuntu 22.04 ships 0.6) rejects --disable-userns: the probe drops it."""
-    old = tmp_path / "old-bwrap"
-    old.write_text(
+def test_each_user_has_a_workspace_of_their_own(rig: ExecRig) -> None:
+    """Conversations are private, so are shells: the default workspace ends in the user's id."""
+    rig.shell("echo alice > mine.txt")
+    bob = exec_session(user_id="bob")
+    result = rig.shell("ls; echo bob > mine.txt", bob)
+    assert result["stdout"] == ""
+    assert result["cwd"] == str(rig.workspace.parent / "bob")
+    assert (rig.workspace / "mine.txt").read_text() == "alice\n"
+    assert (rig.workspace.parent / "bob" / "mine.txt").read_text() == "bob\n"
+
+
+@pytest.mark.parametrize(
+    ("said", "version", "flag"),
+    [
+        ("bubblewrap 0.8.0\n", (0, 8, 0), True),
+        ("bubblewrap 0.11.0", (0, 11, 0), True),
+        ("bubblewrap 1.0", (1, 0), True),
+        ("bubblewrap 0.6.1\n", (0, 6, 1), False),
+        ("bubblewrap 0.4.0", (0, 4, 0), False),
+        ("bwrap: Unknown option --version", None, True),
+        ("", None, True),
+    ],
+)
+def test_disable_userns_is_decided_from_the_version(
+    said: str, version: tuple[int, ...] | None, flag: bool
+) -> None:
+    """0.8.0 and later know --disable-userns; an unknown version keeps it (fail closed)."""
+    assert parse_bwrap_version(said) == version
+    assert supports_disable_userns(version) is flag
+
+
+def fake_bwrap(path: Path, *, version: str, refuse: str, log: Path) -> str:
+    """A bubblewrap that reports ``version``, logs its argv, and fails with ``refuse`` on stderr whenever
+    it is given --disable-userns; anything else runs the real one."""
+    path.write_text(
         "#!/bin/sh\n"
+        f'[ "$1" = --version ] && {{ echo "bubblewrap {version}"; exit 0; }}\n'
+        f'echo "$*" >> {log}\n'
         'for a in "$@"; do [ "$a" = --disable-userns ] && {\n'
-        '  echo "bwrap: Unknown option $a" >&2; exit 1; }\n'
+        f'  echo "{refuse}" >&2; exit 1; }}\n'
         "done\n"
         f'exec {BWRAP} "$@"\n'
     )
-    old.chmod(0o755)
+    path.chmod(0o755)
+    return str(path)
+
+
+@needs_bwrap
+def test_a_bubblewrap_before_0_8_sandboxes_without_disable_userns(tmp_path: Path) -> None:
+    """bubblewrap before 0.8 (Ubuntu 22.04 ships 0.6) has no --disable-userns: its version says so."""
+    log = tmp_path / "argv.log"
+    old = fake_bwrap(tmp_path / "old-bwrap", version="0.6.1", refuse="bwrap: Unknown option", log=log)
     with exec_data_root(tmp_path) as root:
-        rig = ExecRig.build(root, settings={"bwrap_path": str(old)})
+        rig = ExecRig.build(root, settings={"bwrap_path": old})
         result = rig.shell(f"touch /etc/neuralis-old-{secrets.token_hex(4)}; ls /home; echo ran")
         assert "unconfined" not in result
         assert result["stdout"] == "ran\n"
         assert "Read-only file system" in result["stderr"]
+        assert "--disable-userns" not in log.read_text()
+
+
+@needs_bwrap
+def test_an_error_message_never_drops_disable_userns(tmp_path: Path) -> None:
+    """A 0.8+ bubblewrap whose setup fails with a message naming disable-userns is refused, not weakened."""
+    log = tmp_path / "argv.log"
+    said = "bwrap: --disable-userns: setting up the namespace failed"
+    liar = fake_bwrap(tmp_path / "bwrap", version="0.9.0", refuse=said, log=log)
+    with exec_data_root(tmp_path) as root:
+        rig = ExecRig.build(root, settings={"bwrap_path": liar})
+        for _ in range(2):
+            block = rig.call(command=f"touch {tmp_path}/ran")
+            assert block["outcome"] == "refused"
+            assert "--disable-userns: setting up the namespace failed" in block["content"]
+        assert not (tmp_path / "ran").exists()
+        runs = log.read_text().splitlines()
+        assert len(runs) == 2
+        assert all("--disable-userns" in run for run in runs)

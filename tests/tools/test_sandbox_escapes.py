@@ -310,3 +310,31 @@ def test_a_bind_over_the_data_roots_parent_keeps_the_data_root_hidden(tmp_path: 
         result = rig.shell(f"cat {root}/secret.txt; ls {root}")
         assert "S3CRET-parent" not in result["stdout"]
         assert "secret.txt" not in result["stdout"]
+
+
+@pytest.mark.parametrize("bind", ["hidden-parent", "hidden", "shared"])
+def test_a_data_root_nested_in_a_hidden_path_stays_hidden_under_a_bind(tmp_path: Path, bind: str) -> None:
+    """The data root lives under a hidden path (``/home/shared/neuralis`` under ``/home``) and a read-only
+    bind covers it too: the hidden path's parent, the hidden path itself or ``/home/shared`` (the
+    ro_binds example), each an ancestor of the working directory. The data root stays hidden; the
+    working directory, and what a bind at or below the hidden path was for, still work."""
+    with exec_data_root(tmp_path) as home:
+        root = home / "shared" / "neuralis"
+        (root / "projects" / "default").mkdir(parents=True)
+        marker = f"S3CRET-{secrets.token_hex(5)}"
+        (root / "projects" / "default" / "credentials.json").write_text(f'{{"API_KEY": "{marker}"}}')
+        (home / "shared" / "dataset.csv").write_text("a,b\n")
+        target = {"hidden-parent": home.parent, "hidden": home, "shared": home / "shared"}[bind]
+        settings = {"hidden_paths": ["/home", "/root", "/run", str(home)], "ro_binds": [str(target)]}
+        rig = ExecRig.build(root, settings=settings)
+        result = rig.shell(
+            f"cat {root}/projects/default/credentials.json; ls -R {root}; echo pwned > {root}/escape; "
+            f"cat {home}/shared/dataset.csv; echo ok > inside.txt"
+        )
+        assert "unconfined" not in result
+        assert marker not in result["stdout"] + result["stderr"]
+        assert "credentials.json" not in result["stdout"]
+        assert not (root / "escape").exists()
+        # A bind at or inside the hidden path shows it; a bind above it covers the hidden path again.
+        assert ("a,b" in result["stdout"]) is (bind != "hidden-parent")
+        assert (rig.workspace / "inside.txt").read_text() == "ok\n"

@@ -5,7 +5,6 @@ through a real turn (ScriptedModel, the shipped schema) on a real conversation."
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 
 import pytest
@@ -17,6 +16,7 @@ from neuralis_jupyter.packages import PackageSet
 from neuralis_jupyter.prompt import AssembledPrompt
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import AgentRuntime, Tool, ToolRegistry, TurnRequest
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 from neuralis_jupyter.tools import todos
 from neuralis_jupyter.tools.environment import ToolEnvironment
@@ -52,6 +52,7 @@ def todos_tool(store, **settings):
         handler=todos.handlers(env)["todos"],
         access=spec["x-neuralis"]["access"],
         intrinsic=True,
+        package_id=AGENT_CORE_ID,
     )
 
 
@@ -137,10 +138,6 @@ def test_max_steps_only_lowered_and_folded_into_the_ceiling(store, conv):
     assert asyncio.run(ceiling()) is None  # the bound belongs to its cycle
 
 
-@pytest.mark.skipif(
-    "step_ceiling" not in {f.name for f in dataclasses.fields(TurnRequest)},
-    reason="the runtime seam TurnRequest.step_ceiling is not wired yet",
-)
 def test_a_lowered_max_steps_binds_the_running_turn(store, conv):
     model = ScriptedModel(
         [

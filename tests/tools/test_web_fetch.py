@@ -1,10 +1,10 @@
-"""web_fetch against loopback fixtures: conversion of each kind, the caps, max_chars and save_to."""
+"""web_fetch against loopback fixtures: conversion of each kind, the caps and max_chars (save_to:
+test_web_fetch_save.py)."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import threading
 
 import pytest
@@ -180,57 +180,3 @@ def test_a_closed_port_and_a_slow_server_fail_cleanly(bench, web, fetcher):
         assert "0.3 s" in late.content
     finally:
         release.set()
-
-
-def test_save_to_tmp_keeps_the_whole_rendering(bench, web, fetcher):
-    web.route("/long.txt", "w" * 3000, content_type="text/plain")
-    ctx = bench.context()
-    out = call(fetcher(), ctx, url=f"{web.url}/long.txt", max_chars=10, save_to="tmp")
-    saved = out.data["savedTo"]
-    assert saved.startswith(str(ctx.request.conversation.path / "tmp"))
-    assert saved.endswith(".md")
-    with open(saved, encoding="utf-8") as f:
-        assert f.read() == "w" * 3000
-    assert f"saved to {saved}" in out.content
-
-
-def test_save_to_a_workspace_path_and_raw_bytes(bench, web, fetcher):
-    pdf = tiny_pdf("Keep me")
-    web.route("/paper.pdf", pdf, content_type="application/pdf")
-    ctx = bench.context()
-    out = call(fetcher(), ctx, url=f"{web.url}/paper.pdf", format="raw", save_to="papers/p.pdf")
-    workspace = bench.store.data_root.agent_dir("default", "assistant") / "workspace"
-    assert out.data["savedTo"] == str(workspace / "papers" / "p.pdf")
-    assert (workspace / "papers" / "p.pdf").read_bytes() == pdf
-
-
-@pytest.mark.parametrize(
-    ("save_to", "why"),
-    [
-        ("/etc/passwd", "relative path"),
-        ("../escape.md", "'..'"),
-        ("notes/../../x.md", "'..'"),
-        ("~/x.md", "relative path"),
-        ("data://project/x.md", "data://"),
-        ("notes\\x.md", "relative path"),
-    ],
-)
-def test_save_to_outside_the_workspace_is_refused_before_fetching(save_to, why, bench, web, fetcher):
-    web.route("/page", "text", content_type="text/plain")
-    out = call(fetcher(), bench.context(), url=f"{web.url}/page", save_to=save_to)
-    assert out.outcome == "refused"
-    assert why in out.content
-    assert not web.hits
-
-
-def test_save_to_through_a_symlink_out_of_the_workspace_is_refused(bench, web, fetcher, tmp_path):
-    web.route("/page", "text", content_type="text/plain")
-    workspace = bench.store.data_root.agent_dir("default", "assistant") / "workspace"
-    workspace.mkdir(parents=True)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    os.symlink(outside, workspace / "link")
-    out = call(fetcher(), bench.context(), url=f"{web.url}/page", save_to="link/sub/x.md")
-    assert out.outcome == "refused"
-    assert "symlink" in out.content
-    assert not list(outside.iterdir())

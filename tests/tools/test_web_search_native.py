@@ -15,6 +15,7 @@ from neuralis_jupyter.providers.anthropic import AnthropicModel
 from neuralis_jupyter.providers.scripted import Call, Reply
 from neuralis_jupyter.runtime import AgentRuntime, Tool, ToolRegistry
 from neuralis_jupyter.runtime.context import TurnRequest
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.testing import Fail, Raw
 from neuralis_jupyter.tools import web_search
 from tests.runtime.helpers import RecordingHook
@@ -193,6 +194,7 @@ def test_native_search_usage_lands_in_the_turns_usage(bench, fake_llm):
         access="read",
         effects=frozenset(decl["x-neuralis"]["effects"]),
         deterministic=False,
+        package_id=AGENT_CORE_ID,
     )
     fake_llm.enqueue(
         Reply(
