@@ -269,6 +269,7 @@ def neuralis(base_url: str, home: Path, steps: int) -> Runner:
                 handler=handler,
                 access="read",
                 attested=True,
+                package_id="benchmark",
             )
         ]
     )
