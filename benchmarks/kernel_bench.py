@@ -84,9 +84,19 @@ def _importtime(code: str) -> dict[str, tuple[int, int]]:
     return found
 
 
+#: What starting the Neuralis kernel imports: the kernel module, and what ``NeuralisKernel.__init__`` adds
+#: (the magics, and the chat controller it builds, e.g. the user id it fixes at start).
+_OUR_START = """\
+import neuralis_jupyter.kernel.__main__
+from neuralis_jupyter.kernel.magics import NeuralisMagics
+from neuralis_jupyter.kernel.chat import ChatController
+ChatController(None)
+"""
+
+
 def import_culprits(top: int = 12) -> list[str]:
     """What the Neuralis kernel's start imports beyond plain ipykernel's, heaviest first."""
-    ours = _importtime("import neuralis_jupyter.kernel.__main__")
+    ours = _importtime(_OUR_START)
     base = _importtime("import ipykernel.kernelapp, ipykernel.ipkernel")
     extra = {m: t for m, t in ours.items() if m not in base}
     total = sum(s for s, _ in extra.values())

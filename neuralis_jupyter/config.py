@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from traitlets import Dict, Enum, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config, Configurable
@@ -120,6 +121,25 @@ class NeuralisSettings(Configurable):
         ),
     ).tag(config=True)
 
+    anthropic_base_url = Unicode(
+        "",
+        help=(
+            "The Anthropic API endpoint (a proxy or gateway). Empty: $ANTHROPIC_BASE_URL, else "
+            "ANTHROPIC_BASE_URL in the project's credentials.json, else Anthropic's public API. Set here, "
+            "it wins over both."
+        ),
+    ).tag(config=True)
+
+    openai_base_url = Unicode(
+        "",
+        help=(
+            "The OpenAI API endpoint, or any OpenAI-compatible server (Ollama, vLLM, llama.cpp server: "
+            "e.g. http://127.0.0.1:11434/v1, which needs no key). Empty: $OPENAI_BASE_URL, else "
+            "OPENAI_BASE_URL in the project's credentials.json, else OpenAI's public API. Set here, it "
+            "wins over both."
+        ),
+    ).tag(config=True)
+
     @default("data_root")
     def _default_data_root(self) -> str:
         env = os.environ.get("NEURALIS_HOME")
@@ -164,6 +184,17 @@ class NeuralisSettings(Configurable):
         name = proposal["trait"].name  # type: ignore[attr-defined]
         if not isinstance(value, int) or value < 1:
             raise TraitError(f"{name} must be a positive integer, got {value!r}")
+        return value
+
+    @validate("anthropic_base_url", "openai_base_url")
+    def _validate_base_url(self, proposal: dict[str, object]) -> str:
+        value = str(proposal["value"]).strip()
+        parts = urlsplit(value)
+        if value and (parts.scheme not in ("http", "https") or not parts.hostname):
+            name = proposal["trait"].name  # type: ignore[attr-defined]
+            raise TraitError(
+                f"{name} must be an http(s) URL such as http://127.0.0.1:11434/v1, got {value!r}"
+            )
         return value
 
     @validate("catalog_path")

@@ -21,6 +21,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .providers.catalog import PRICING_BASIS
+
 if TYPE_CHECKING:
     import pandas as pd
     from sqlalchemy.engine import Engine
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PRICING_BASIS", "SPEND_BY", "spend", "transcript", "usage"]
 
-PRICING_BASIS = "Costs are estimates at catalog list prices per million tokens, not invoiced amounts."
 
 #: Columns ``spend(by=...)`` may group on.
 SPEND_BY: tuple[str, ...] = (

@@ -151,11 +151,20 @@ class Workbench:
                 return ref
         for provider in MODEL_PROVIDER_ORDER:
             if has_credentials(
-                provider, data_root=self.store.data_root, project_id=target.session.project_id
+                provider,
+                data_root=self.store.data_root,
+                project_id=target.session.project_id,
+                base_url=self.base_urls.get(provider) or None,
             ):
                 return self.catalog.default_for(provider).ref
         variables = tuple(v for p in MODEL_PROVIDER_ORDER for v in PROVIDER_KEYS[p].api_key_vars)
         raise NoModelConfigured(variables)
+
+    @property
+    def base_urls(self) -> dict[str, str]:
+        """The provider endpoints set in the configuration (empty: the environment's, then the project
+        credential file's, then the SDK's)."""
+        return {"anthropic": self.settings.anthropic_base_url, "openai": self.settings.openai_base_url}
 
     def model(self, target: ChatTarget, explicit: str | None = None) -> Model:
         return build_model(
@@ -163,6 +172,7 @@ class Workbench:
             data_root=self.store.data_root,
             project_id=target.session.project_id,
             catalog=self.catalog,
+            base_urls=self.base_urls,
         )
 
     # -- turn plumbing ----------------------------------------------------------------------------

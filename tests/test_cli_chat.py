@@ -7,10 +7,15 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
+from neuralis_jupyter.providers.catalog import PRICING_BASIS
 from neuralis_jupyter.providers.scripted import Call, Reply
+from neuralis_jupyter.store import Store
+from neuralis_jupyter.testing import Fail
+from neuralis_jupyter.workbench import Workbench
 
 
 def chat(*args, env, stdin=None, timeout=60):
@@ -35,7 +40,8 @@ def test_streams_the_answer_and_summarises(fake_llm, anthropic_env):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Hello from the fake.\n"
     assert "completed · 1 step · 120 in / 6 out tokens" in result.stderr
-    assert "(list-price estimate)" in result.stderr
+    assert "$0.0004" in result.stderr  # 120 in, 6 out at claude-sonnet-4-6 list prices
+    assert PRICING_BASIS in result.stderr  # the catalog's one sentence, not words of the CLI's own
     body = fake_llm.requests[0].body
     assert body["model"] == "claude-sonnet-4-6"  # the catalog default of the first provider with a key
     assert body["messages"][-1]["content"][-1]["text"] == "hi there"
@@ -58,6 +64,58 @@ def test_openai_when_only_openai_has_a_key(fake_llm):
     result = chat("hi", env=env)
     assert result.returncode == 0, result.stderr
     assert fake_llm.requests[0].provider == "openai"
+    assert fake_llm.requests[0].body["model"] == "gpt-5.4"
+
+
+def test_both_keys_set_chooses_anthropic(fake_llm, anthropic_env):
+    fake_llm.enqueue(Reply(text="from anthropic"))
+    env = {**anthropic_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": fake_llm.openai_base_url}
+    result = chat("hi", env=env)
+    assert result.returncode == 0, result.stderr
+    [request] = fake_llm.requests
+    assert (request.provider, request.body["model"]) == ("anthropic", "claude-sonnet-4-6")
+
+
+def test_the_agents_model_beats_the_projects_which_beats_the_catalogs(fake_llm, anthropic_env, neuralis_home):
+    bench = Workbench(store=Store.open(neuralis_home))
+    session = bench.session("alice")
+    bench.store.agents.create(
+        session, name="Researcher", agent_id="researcher", model="anthropic:claude-opus-4-8"
+    )
+    project = bench.store.projects.get("default")
+    bench.store.projects.save(replace(project, default_model="anthropic:claude-haiku-4-5"))
+    fake_llm.enqueue(Reply(text="agent's model"), Reply(text="project's model"))
+    by_agent = chat("--agent", "researcher", "hi", env=anthropic_env)
+    by_project = chat("hi", env=anthropic_env)  # the default agent names no model
+    assert (by_agent.returncode, by_project.returncode) == (0, 0), by_agent.stderr + by_project.stderr
+    assert [r.body["model"] for r in fake_llm.requests] == ["claude-opus-4-8", "claude-haiku-4-5"]
+
+
+def test_a_provider_error_exits_1_and_says_why(fake_llm, anthropic_env):
+    fake_llm.enqueue(Fail(500, "the fake provider broke"))
+    result = chat("hi", env=anthropic_env)
+    assert result.returncode == 1
+    assert "failed" in result.stderr
+    assert "the fake provider broke" in result.stderr
+
+
+def test_the_base_url_setting_beats_the_environment(fake_llm, tmp_path):
+    """c.NeuralisSettings.openai_base_url points at the fake server; $OPENAI_BASE_URL at nothing."""
+    config = tmp_path / "cfg"
+    config.mkdir()
+    settings = {"NeuralisSettings": {"openai_base_url": fake_llm.openai_base_url}}
+    (config / "jupyter_neuralis_config.json").write_text(json.dumps(settings))
+    fake_llm.enqueue(Reply(text="from the configured server"))
+    env = {
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",  # refused at once if it were used
+        "JUPYTER_NO_CONFIG": "",
+        "JUPYTER_CONFIG_DIR": str(config),
+    }
+    # No key at all: a compatible server that is not OpenAI's own needs none, so OpenAI is the provider
+    # with credentials and its catalog default is the model.
+    result = chat("hi", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "from the configured server\n"
     assert fake_llm.requests[0].body["model"] == "gpt-5.4"
 
 

@@ -77,6 +77,30 @@ def test_doctor_reports_without_leaking_keys(neuralis_home):
     assert (neuralis_home / "neuralis.db").is_file()
 
 
+def test_doctor_sees_a_local_server_named_only_in_the_config(neuralis_home, tmp_path):
+    config_dir = tmp_path / "cfg"
+    config_dir.mkdir()
+    (config_dir / "jupyter_neuralis_config.json").write_text(
+        json.dumps({"NeuralisSettings": {"openai_base_url": "http://127.0.0.1:11434/v1"}})
+    )
+    env = {"JUPYTER_CONFIG_DIR": str(config_dir), "JUPYTER_CONFIG_PATH": str(config_dir)}
+    env = {
+        k: v for k, v in {**os.environ, **env}.items() if k not in ("JUPYTER_NO_CONFIG", "OPENAI_BASE_URL")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "neuralis_jupyter.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "openai:    credentials found (OPENAI_BASE_URL=http://127.0.0.1:11434/v1 (no key needed))"
+        in result.stdout
+    )
+
+
 def test_doctor_lists_every_setting_with_its_help(neuralis_home):
     url = f"sqlite:///{neuralis_home / 'x.db'}"
     result = neuralis("doctor", "--settings", env={"NEURALIS_STORE_URL": url})

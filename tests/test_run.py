@@ -207,6 +207,38 @@ def test_parameters_every_conversation_and_a_failing_cell_are_reported(
     assert not (tmp_path / "params.ipynb.cassette.jsonl").exists()  # --live records nothing
 
 
+def test_a_replay_that_makes_fewer_model_calls_than_recorded_fails(
+    tmp_path: Path, run_env: dict[str, str]
+) -> None:
+    """A cassette's leftover model calls mean the notebook no longer does what was recorded."""
+    nb = new_notebook(
+        cells=[new_code_cell("First question."), new_code_cell("Second question.")],
+        metadata={"kernelspec": {"name": "neuralis", "display_name": "Neuralis Agent", "language": "python"}},
+    )
+    path = tmp_path / "two.ipynb"
+    nbformat.write(nb, path)
+    (tmp_path / "two.demo.jsonl").write_text('{"text": "One."}\n{"text": "Two."}\n')
+    home = tmp_path / "home"
+    recorded = run(
+        path, "--record", "--model", "scripted:demo", home=home, output=tmp_path / "rec.ipynb", env=run_env
+    )
+    _ok(recorded)
+    cassette = tmp_path / "two.ipynb.cassette.jsonl"
+    assert recorded.said("recorded") == [str(cassette)]
+
+    nb.cells.pop()  # the second question is gone: one model call of the two recorded is left over
+    nbformat.write(nb, path)
+    ran = run(path, "--replay", home=home, output=tmp_path / "short.ipynb", env=run_env)
+
+    assert ran.returncode == 3, ran.stderr
+    (diverged,) = ran.said("the run diverged from")
+    assert diverged.startswith(f"{cassette}: ")
+    assert "the run ended after 1 model calls but 2 were recorded" in diverged
+    assert "re-record with --record" in diverged
+    assert ran.output.is_file()
+    assert nbformat.read(ran.output, as_version=4).cells[0].outputs, "the cells that ran are written"
+
+
 @pytest.fixture(autouse=True)
 def _no_output_beside_notebooks() -> Iterator[None]:
     before = set(NOTEBOOKS.iterdir())

@@ -102,9 +102,9 @@ async def _turn(
 def _summary(settled: Any, target: Any) -> str:
     parts = [settled.status, f"{settled.steps} step{'s' if settled.steps != 1 else ''}"]
     parts.append(f"{settled.input_tokens:,} in / {settled.output_tokens:,} out tokens")
-    parts.append(f"${settled.cost_usd:.4f} (list-price estimate)")
+    parts.append(f"${settled.cost_usd:.4f}")
     parts.append(f"conversation {target.conversation.id}")
-    line = "[" + " · ".join(parts) + "]"
+    line = "[" + " · ".join(parts) + "]\n" + settled.pricing_basis
     if settled.reason:
         line += f"\n{settled.status}: {settled.reason}"
     return line

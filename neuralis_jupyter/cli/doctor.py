@@ -41,7 +41,13 @@ def run(args: argparse.Namespace) -> int:
 
     for provider, keys in PROVIDER_KEYS.items():
         try:
-            found = has_credentials(provider, data_root=store.data_root, project_id=DEFAULT_PROJECT_ID)
+            found = has_credentials(
+                provider,
+                data_root=store.data_root,
+                project_id=DEFAULT_PROJECT_ID,
+                # A keyless local server named only in the Jupyter config is reachable too.
+                base_url=getattr(settings, f"{provider}_base_url") or None,
+            )
         except ProviderError as exc:  # e.g. a credential file others can read: say how to fix it
             state = f"credentials unusable: {exc}"
         else:

@@ -291,7 +291,10 @@ def _execute_and_report(plan: RunPlan) -> int:
         return _report_failure(plan, outcome.failure, log_text)
     cassette = (outcome.report or {}).get("cassette") or {}
     if cassette.get("incomplete"):
-        _say(f"the run diverged from {plan.cassette}: {cassette['incomplete']}")
+        _say(
+            f"the run diverged from {plan.cassette}: {cassette['incomplete']}; the notebook no longer "
+            "makes the recorded model calls: re-record with --record if it changed on purpose"
+        )
         return EXIT_MISMATCH
     if plan.mode == "record":
         if plan.recording.is_file() and plan.recording.stat().st_size:

@@ -18,9 +18,12 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from ..identity import local_user_id
 
 if TYPE_CHECKING:
     from ..policy import LiveGuard
@@ -30,14 +33,13 @@ if TYPE_CHECKING:
     from ..runtime.events import TurnSettled
     from ..workbench import ChatTarget, Workbench
     from .display import TurnDisplay
+    from .notebook_tools import CodeRunner
 
 __all__ = ["ChatController"]
 
 
 class ChatController:
     def __init__(self, shell: Any) -> None:
-        from ..store.projects import local_user_id
-
         self.shell = shell
         # Who this kernel acts for, fixed when it starts: a cell that edits os.environ later must not
         # turn the next turn into someone else's.
@@ -52,6 +54,7 @@ class ChatController:
         self._guard: LiveGuard | None = None
         self._cassette: Cassette | None = None
         self._stop: StopSignal | None = None
+        self._runner: CodeRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._display_factory: Any = None
 
@@ -77,10 +80,41 @@ class ChatController:
             agent_id=self.agent_id,
             conversation_id=self.conversation_id,
         )
+        self._adopt(target)
+        return target
+
+    def retarget(self, *, agent_id: str | None, conversation_id: str | None) -> ChatTarget:
+        """Point the next turns at ``agent_id`` (``None``: the project's default agent) and the
+        conversation ``conversation_id`` of it (``None``: a new one). The target is checked first: when
+        the agent or the conversation cannot be opened this raises and nothing changes."""
+        target = self.bench.target(
+            self.user_id,
+            project_id=self.project_id,
+            agent_id=agent_id,
+            conversation_id=conversation_id,
+        )
+        self._adopt(target)
+        return target
+
+    def _adopt(self, target: ChatTarget) -> None:
         self.conversation_id = target.conversation.id
         self.agent_id = target.agent.id
         self.project_id = target.session.project_id
-        return target
+
+    def check_model(self, ref: str) -> None:
+        """Refuse a model reference no turn could use, before it is set: a bad ``%model`` would
+        otherwise fail every later chat cell."""
+        from ..providers.catalog import parse_model_ref
+        from ..providers.errors import UnknownModel
+
+        provider, model = parse_model_ref(ref)
+        if _is_demo(ref):
+            return
+        catalog = self.bench.catalog
+        if provider not in catalog.providers():
+            raise UnknownModel(ref, f"the providers are {', '.join(catalog.providers())}")
+        if provider != "openai":  # an OpenAI-compatible server may serve models the catalog does not list
+            catalog.get(provider, model)
 
     @property
     def guard(self) -> LiveGuard:
@@ -145,7 +179,7 @@ class ChatController:
             approver, bench.tool_env.answerer = headless_answerers(cassette)
         else:
             approver, bench.tool_env.answerer = display, _Answerer(display)
-        from .notebook_tools import notebook_tools
+        from .notebook_tools import CodeRunner, notebook_tools
 
         self._loop = asyncio.get_running_loop()
         settled: TurnSettled | None = None
@@ -158,8 +192,9 @@ class ChatController:
             tape=cassette,
             on_event=display.handle,
         ) as request:
-            request = replace(request, tools=request.tools.merge(notebook_tools(self.shell)))
-            self._stop = request.stop
+            runner = CodeRunner(poll=self._stop_poll(target))
+            request = replace(request, tools=request.tools.merge(notebook_tools(self.shell, runner)))
+            self._stop, self._runner = request.stop, runner
             try:
                 with _interrupt_stops(request.stop):
                     async for event in bench.runtime.run_turn(request):
@@ -167,7 +202,7 @@ class ChatController:
                         if isinstance(event, TurnSettled):
                             settled = event
             finally:
-                self._stop = None
+                self._stop = self._runner = None
                 display.finish(settled)
         self.last = settled
         if self.headless:
@@ -219,7 +254,24 @@ class ChatController:
             stop.set(reason)
         else:
             loop.call_soon_threadsafe(stop.set, reason)
+        runner = self._runner
+        if runner is not None:
+            # The notebook's python code blocks the loop while it runs: the stop above waits for it,
+            # so interrupt it (a no-op when no python call is running).
+            runner.interrupt(reason)
         return True
+
+    def _stop_poll(self, target: ChatTarget) -> Callable[[], bool]:
+        """Whether a stop for this turn was written to the store (by a server route, another kernel):
+        what the turn's own stop polls, for the python runner to poll while the code blocks the loop."""
+        since = datetime.now(UTC)
+        stops = self.bench.store.stops
+        project_id, conversation_id = target.session.project_id, target.conversation.id
+
+        def requested() -> bool:
+            return stops.requested(project_id=project_id, conversation_id=conversation_id, since=since)
+
+        return requested
 
 
 class _Answerer:

@@ -95,6 +95,6 @@ def run_report() -> str:
         try:
             cassette.assert_complete()
         except CassetteMismatch as exc:
-            incomplete = str(exc)
+            incomplete = exc.diff  # what is left over; there is no request to show a diff of
         report["cassette"] = {"path": str(cassette.path), "mode": cassette.mode, "incomplete": incomplete}
     return json.dumps(report)

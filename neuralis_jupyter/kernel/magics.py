@@ -29,23 +29,21 @@ class NeuralisMagics(Magics):
         super().__init__(shell)
         self.controller = controller
 
+    # Every switch checks its target before it changes anything: a refused %agent or %conversation
+    # leaves the kernel talking where it did.
+
     @line_magic
     def agent(self, line: str) -> str:
         name = line.strip()
         if name:
-            self.controller.agent_id = name
-            self.controller.conversation_id = None
-            self.controller.target()  # refuses an agent the user cannot see, before the next cell
+            self.controller.retarget(agent_id=name, conversation_id=None)  # a new conversation
         return f"agent: {self.controller.agent_id or self.controller.target().agent.id}"
 
     @line_magic
     def model(self, line: str) -> str:
         ref = line.strip()
         if ref:
-            if ":" not in ref:
-                raise ValueError(
-                    f"write the model as PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-6, not {ref!r}"
-                )
+            self.controller.check_model(ref)
             self.controller.model_ref = ref
         return (
             f"model: {self.controller.model_ref or self.controller.bench.model_ref(self.controller.target())}"
@@ -63,18 +61,17 @@ class NeuralisMagics(Magics):
     @line_magic
     def conversation(self, line: str) -> str:
         arg = line.strip()
+        controller = self.controller
         if arg == "new":
-            self.controller.conversation_id = None
-            self.controller.target()
+            target = controller.retarget(agent_id=controller.agent_id, conversation_id=None)
         elif arg == "fork":
-            bench = self.controller.bench
-            source = self.controller.target().conversation
-            fork = bench.store.conversations.fork(source, user_id=self.controller.user_id)
-            self.controller.conversation_id = fork.id
+            source = controller.target().conversation
+            fork = controller.bench.store.conversations.fork(source, user_id=controller.user_id)
+            target = controller.retarget(agent_id=controller.agent_id, conversation_id=fork.id)
         elif arg:
-            self.controller.conversation_id = arg
-            self.controller.target()
-        target = self.controller.target()
+            target = controller.retarget(agent_id=controller.agent_id, conversation_id=arg)
+        else:
+            target = controller.target()
         return f"conversation: {target.conversation.id} (agent {target.agent.id})"
 
     @line_magic

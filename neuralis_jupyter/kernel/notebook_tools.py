@@ -4,6 +4,13 @@
 arbitrary code, so the guard asks before it under safe and balanced. Its output (stdout, stderr, the
 value of the last expression, or the traceback) is captured and bounded. ``variables`` is a plain read:
 names with their type, shape, dtypes and a short repr.
+
+The code runs where a cell's code runs, on the kernel's main thread, so that it behaves like a cell
+(signal handlers, GUI event loops, libraries that check which thread they are on). That thread also
+runs the event loop, which the code blocks: a stop set on the loop would be seen only when the code
+returned. :class:`CodeRunner` therefore lets SIGINT raise ``KeyboardInterrupt`` in the code, as in a
+normal cell, and turns a stop from elsewhere (``%stop`` on a subshell, a stop flag in the store) into a
+SIGINT to the main thread. An interrupted call stops the turn.
 """
 
 from __future__ import annotations
@@ -11,13 +18,24 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import logging
+import signal
+import threading
 import traceback
-from typing import Any
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Literal
 
+from ..contracts import refusals
 from ..runtime import Tool, ToolOutput
 from ..runtime.tools import AGENT_CORE_ID
 
-__all__ = ["MAX_OUTPUT_CHARS", "notebook_tools"]
+__all__ = ["MAX_OUTPUT_CHARS", "CodeRunner", "notebook_tools"]
+
+log = logging.getLogger(__name__)
+
+Ran = Literal["ok", "error", "interrupted"]
+_INTERRUPTED = "KeyboardInterrupt: the code was interrupted\n"
 
 MAX_OUTPUT_CHARS = 10_000
 #: The kernel's own tools are first-party code: they are trusted as the builtin package is.
@@ -50,8 +68,9 @@ def _bounded(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
     return f"{head}\n[… {len(text) - limit:,} characters omitted …]\n{tail}"
 
 
-def run_python(code: str, namespace: dict[str, Any]) -> tuple[str, bool]:
-    """Run ``code`` in ``namespace`` like a REPL cell; (output, failed)."""
+def run_python(code: str, namespace: dict[str, Any]) -> tuple[str, Ran]:
+    """Run ``code`` in ``namespace`` like a REPL cell; (output, how it ended). A ``KeyboardInterrupt``
+    ends it as "interrupted", keeping what it printed before."""
     out = io.StringIO()
     try:
         tree = ast.parse(code, mode="exec")
@@ -63,10 +82,96 @@ def run_python(code: str, namespace: dict[str, Any]) -> tuple[str, bool]:
                 if value is not None:
                     namespace["_"] = value
                     print(repr(value))
+    except KeyboardInterrupt:
+        out.write(_INTERRUPTED)
+        return _bounded(out.getvalue()), "interrupted"
     except Exception:
         out.write(traceback.format_exc(limit=-3))
-        return _bounded(out.getvalue()), True
-    return _bounded(out.getvalue() or "(no output)"), False
+        return _bounded(out.getvalue()), "error"
+    return _bounded(out.getvalue() or "(no output)"), "ok"
+
+
+class CodeRunner:
+    """Runs the ``python`` tool's code on the main thread so that a stop can interrupt it (see the module
+    docstring). One per turn: ``poll`` answers whether a stop for the turn was written to the store.
+
+    :meth:`interrupt` may be called from any thread. It sends SIGINT while holding the lock that the main
+    thread takes to leave the code, so a signal it sends always finds this runner's handler installed.
+    """
+
+    def __init__(self, *, poll: Callable[[], bool] | None = None, poll_interval: float = 0.25) -> None:
+        self._poll = poll
+        self._interval = poll_interval
+        self._lock = threading.Lock()
+        self._running = False
+        self._signalled = False
+        #: Why the running code was asked to stop (the first reason wins); ``None`` for a plain SIGINT.
+        self.reason: str | None = None
+
+    def interrupt(self, reason: str) -> bool:
+        """Interrupt the code running on the main thread; False when none is running."""
+        with self._lock:
+            if not self._running:
+                return False
+            self.reason = self.reason or reason
+            main = threading.main_thread().ident
+            assert main is not None
+            signal.pthread_kill(main, signal.SIGINT)
+        return True
+
+    def run(self, code: str, namespace: dict[str, Any]) -> tuple[str, Ran]:
+        if threading.current_thread() is not threading.main_thread():
+            return run_python(code, namespace)  # a subshell's turn: signals reach only the main thread
+        self._signalled, self.reason = False, None
+        text, ran = _INTERRUPTED, "interrupted"
+        done = threading.Event()
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            # The handler raises only while ``_running``: after _leave() nothing here can be interrupted.
+            try:
+                self._running = True
+                if self._poll is not None:
+                    watch = threading.Thread(target=self._watch, args=(done,), name="stop-watch", daemon=True)
+                    watch.start()
+                text, ran = run_python(code, namespace)
+            finally:
+                self._leave()
+        except KeyboardInterrupt:  # outside the code itself (it was starting, or had just returned)
+            pass
+        finally:
+            done.set()
+            signal.signal(signal.SIGINT, previous)
+        if self._signalled and ran != "interrupted":
+            # The stop arrived as the code returned: its output is whole, but the turn still stops.
+            ran = "interrupted"
+        return text, ran
+
+    def _leave(self) -> None:
+        while True:
+            try:
+                with self._lock:
+                    self._running = False
+                return
+            except KeyboardInterrupt:  # raised while taking the lock: the handler has seen it
+                continue
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled = True
+        if self._running:
+            raise KeyboardInterrupt
+
+    def _watch(self, done: threading.Event) -> None:
+        """The turn's own watcher polls the store on the event loop, which the code blocks: poll here."""
+        assert self._poll is not None
+        while not done.wait(self._interval):
+            try:
+                found = self._poll()
+            except Exception:
+                log.warning("could not poll for a stop request while python ran", exc_info=True)
+                continue
+            if found:
+                self.interrupt("stop requested")
+                return
 
 
 def describe(name: str, value: Any) -> dict[str, Any]:
@@ -102,12 +207,20 @@ def _public(namespace: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def notebook_tools(shell: Any) -> list[Tool]:
+def notebook_tools(shell: Any, runner: CodeRunner | None = None) -> list[Tool]:
     namespace = shell.user_ns
+    runner = runner or CodeRunner()
 
     async def python(args: dict[str, Any], ctx: Any) -> ToolOutput:
-        text, failed = run_python(args["code"], namespace)
-        return ToolOutput(content=text, is_error=failed, outcome="error" if failed else "ok")
+        if ctx.stop.is_set():  # e.g. another call of this step was interrupted: this one must not start
+            return ToolOutput(content=refusals.stopped("python"), is_error=True, outcome="stopped")
+        text, ran = runner.run(args["code"], namespace)
+        if ran == "interrupted":
+            # Like an interrupted cell, an interrupted call ends the turn (the partial answer is kept).
+            reason = runner.reason or "interrupted"
+            ctx.stop.set(reason)
+            return ToolOutput(content=text, is_error=True, outcome="stopped", data={"interrupted": reason})
+        return ToolOutput(content=text, is_error=ran == "error", outcome=ran)
 
     async def variables(args: dict[str, Any], ctx: Any) -> ToolOutput:
         import json

@@ -7,6 +7,7 @@ SDK: each provider module imports its SDK on first use, so a kernel starts witho
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -89,15 +90,19 @@ def build_model(
     data_root: DataRoot | None = None,
     project_id: str | None = None,
     catalog: Catalog | None = None,
+    base_urls: Mapping[str, str] | None = None,
 ) -> Model:
     """The model ``ref`` (``PROVIDER:MODEL``) names, ready to stream.
 
     The key comes from the environment, else the project's credential file (``data_root`` +
-    ``project_id``); the base URL from ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``. An ``openai:`` model
-    the catalog does not know is allowed (an OpenAI-compatible server's own model), priced at zero.
+    ``project_id``). The base URL is ``base_urls[provider]`` (the host's setting, e.g.
+    ``c.NeuralisSettings.openai_base_url``), else ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL`` from the
+    environment, else from the credential file. An ``openai:`` model the catalog does not know is allowed
+    (an OpenAI-compatible server's own model), priced at zero.
     """
     provider, model = parse_model_ref(ref)
     catalog = catalog or load_catalog()
+    setting = (base_urls or {}).get(provider)
     if provider == "scripted":
         raise UnknownModel(
             ref,
@@ -106,7 +111,7 @@ def build_model(
         )
     if provider == "anthropic":
         entry = catalog.get(provider, model)
-        base_url = resolve_base_url(provider)
+        base_url = resolve_base_url(provider, setting=setting, data_root=data_root, project_id=project_id)
         return AnthropicModel(
             entry.api_model_id,
             api_key=resolve_api_key(provider, data_root=data_root, project_id=project_id, base_url=base_url),
@@ -114,7 +119,7 @@ def build_model(
             catalog_id=entry.id,
         )
     if provider == "openai":
-        base_url = resolve_base_url(provider)
+        base_url = resolve_base_url(provider, setting=setting, data_root=data_root, project_id=project_id)
         # A model the catalog cannot price is allowed only on another OpenAI-compatible server (a
         # local one, usually free): on OpenAI's own API it would run unmetered, past every spend limit.
         own = urlsplit(base_url or OpenAIModel.DEFAULT_BASE_URL).hostname in PROVIDER_KEYS[provider].own_hosts

@@ -1,14 +1,20 @@
 """Where a provider's API key and base URL come from.
 
-Order, first match wins:
+The key, first match wins:
 
-1. the environment (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``; ``*_BASE_URL`` for the endpoint);
+1. the environment (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``);
 2. the project's credential file ``<data root>/projects/<project>/credentials.json``, a JSON object
    keyed by the same variable names (``{"ANTHROPIC_API_KEY": "sk-ant-..."}``). The file must be
    readable by its owner only; a group- or world-readable file is refused, not read, because a key
    that other accounts can read is already leaked;
-3. an OpenAI-compatible server that is not OpenAI's own (``OPENAI_BASE_URL`` set to a local or
-   self-hosted endpoint) needs no key: a placeholder is sent, since the SDK insists on one.
+3. an OpenAI-compatible server that is not OpenAI's own (the base URL set to a local or self-hosted
+   endpoint) needs no key: a placeholder is sent, since the SDK insists on one.
+
+The base URL, first match wins: the setting (``c.NeuralisSettings.anthropic_base_url`` /
+``openai_base_url``, which the caller passes as ``setting``), the environment (``ANTHROPIC_BASE_URL`` /
+``OPENAI_BASE_URL``), the same variable in the project's credential file, else the SDK's default. As
+with every Jupyter setting, explicit configuration wins over the environment; the environment wins over
+a file, as it does for the key.
 
 Nothing here logs or returns a key except :func:`resolve_api_key`; :func:`has_credentials` names the
 source only, for ``neuralis doctor``.
@@ -78,10 +84,18 @@ def _keys(provider: str) -> ProviderKeys:
         ) from None
 
 
-def resolve_base_url(provider: str) -> str | None:
-    """The provider's base URL from the environment, or None for the SDK default."""
-    value = os.environ.get(_keys(provider).base_url_var, "").strip()
-    return value or None
+def resolve_base_url(
+    provider: str,
+    *,
+    setting: str | None = None,
+    data_root: DataRoot | None = None,
+    project_id: str | None = None,
+) -> str | None:
+    """The provider's base URL: ``setting``, else the environment, else the project's credential file
+    (``data_root`` + ``project_id``); None for the SDK default."""
+    if setting and setting.strip():
+        return setting.strip()
+    return lookup_secret(_keys(provider).base_url_var, data_root=data_root, project_id=project_id)
 
 
 def _credentials_path(data_root: DataRoot | None, project_id: str | None) -> Path | None:
@@ -160,13 +174,13 @@ def resolve_api_key(
 ) -> str:
     """The API key for ``provider``, or :class:`MissingCredentials` naming the variables to set.
 
-    ``base_url`` is the endpoint the key is for (default: :func:`resolve_base_url`); an
+    ``base_url`` is the endpoint the key is for (default: :func:`resolve_base_url` without a setting); an
     OpenAI-compatible endpoint other than OpenAI's own gets :data:`NO_KEY_PLACEHOLDER` when no key is set.
     """
     found = _find_key(provider, data_root, project_id)
     if found is not None:
         return found[1]
-    if _keyless(provider, base_url or resolve_base_url(provider)):
+    if _keyless(provider, base_url or resolve_base_url(provider, data_root=data_root, project_id=project_id)):
         return NO_KEY_PLACEHOLDER
     raise MissingCredentials(provider, _keys(provider).api_key_vars)
 
@@ -186,7 +200,7 @@ def has_credentials(
     found = _find_key(provider, data_root, project_id)
     if found is not None:
         return found[0]
-    url = base_url or resolve_base_url(provider)
+    url = base_url or resolve_base_url(provider, data_root=data_root, project_id=project_id)
     if _keyless(provider, url):
         return f"{_keys(provider).base_url_var}={url} (no key needed)"
     return None

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ..providers.catalog import PRICING_BASIS
+
 __all__ = [
     "BackgroundReport",
     "PermissionRequested",
@@ -148,6 +150,8 @@ class TurnSettled:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    #: What ``cost_usd`` is: every figure derived from the catalog carries the one sentence.
+    pricing_basis: str = PRICING_BASIS
     duration_ms: int = 0
     usage: tuple[UsageUpdated, ...] = field(default_factory=tuple)
 

@@ -5,24 +5,36 @@ intrinsic cognition tools (they are how an agent thinks, not workspace effects),
 from every sub-agent. The parent's envelope binds the child verbatim; only the per-run budget counters
 restart from zero. The execution mode binds the child like the envelope does, so a shadow run's child is
 a shadow run too. The child's transcript is a conversation of its own under the parent's:
-``<parent>/delegates/<run_id>/``.
+``<parent>/delegates/<run_id>/``. A background run can take more turns after its first one (an inbox
+message, :mod:`.inbox`): :func:`resume_child` continues the same conversation with the same tools.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from ..contracts.envelope import Budgets, Envelope, authorize_tool_invocation
+from ..contracts.identity import SessionContext
 from ..providers.base import Model
 from ..store.conversations import Conversation, ConversationMeta, utcnow_iso, write_json_atomic
 from .context import PromptBuilder, StaticPrompt, StopSignal, ToolContext, TurnRequest
 from .events import RuntimeEvent, TurnSettled
+from .loop import AgentRuntime, new_request_id
 from .tools import Tool, ToolRegistry
 
-__all__ = ["ChildRun", "SubagentEvent", "child_registry", "run_child"]
+__all__ = [
+    "ChildRun",
+    "SubagentEvent",
+    "child_conversation",
+    "child_registry",
+    "resume_child",
+    "run_child",
+]
 
 
 def child_registry(parent: ToolRegistry, envelope: Envelope) -> ToolRegistry:
@@ -54,15 +66,29 @@ class ChildRun:
     agent: str
     conversation: Conversation
     settled: TurnSettled
+    #: The turn as it was asked for; a later turn of the same run starts from it (:func:`resume_child`).
+    request: TurnRequest
 
     @property
     def transcript_path(self) -> Path:
         return self.conversation.path / "messages.jsonl"
 
 
+def child_conversation(parent: Conversation, run_id: str) -> Conversation:
+    """The conversation of run ``run_id`` under ``parent`` (no I/O: it may not exist yet)."""
+    return Conversation(
+        parent.path / "delegates" / run_id, conversation_id=run_id, root_id=parent.root_id or parent.id
+    )
+
+
 def open_child_conversation(parent: Conversation, *, run_id: str, agent: str, user_id: str) -> Conversation:
-    path = parent.path / "delegates" / run_id
-    path.mkdir(parents=True)
+    conversation = child_conversation(parent, run_id)
+    path = conversation.path
+    # The folder may exist already: a message to a background run's inbox can land before its first turn
+    # starts. A run's meta.json is what must never be there yet (a run id used twice).
+    path.mkdir(parents=True, exist_ok=True)
+    if (path / "meta.json").exists():
+        raise FileExistsError(f"sub-agent run {run_id!r} already exists under {parent.path}")
     meta = parent.read_meta()
     now = utcnow_iso()
     child_meta: ConversationMeta = {
@@ -77,7 +103,7 @@ def open_child_conversation(parent: Conversation, *, run_id: str, agent: str, us
     }
     write_json_atomic(path / "meta.json", {**child_meta, "parent_id": parent.id, "delegate_agent": agent})
     (path / "messages.jsonl").touch()
-    return Conversation(path, conversation_id=run_id, root_id=parent.root_id or parent.id)
+    return conversation
 
 
 async def run_child(
@@ -93,8 +119,6 @@ async def run_child(
     run_id: str | None = None,
 ) -> ChildRun:
     """Run a sub-agent to its end. ``tools`` must already be narrowed by the caller (delegate)."""
-    import asyncio
-
     parent = ctx.request
     ceiling = child_registry(parent.tools, parent.envelope)
     widened = [t.name for t in tools if t.name not in ceiling]
@@ -143,15 +167,46 @@ async def run_child(
         temperature=parent.temperature,
     )
     request = replace(request, session=session.replace(request_id=f"r-{run_id}"))
-    tickets = ctx.runtime.store.tickets
-    # The child's own stream scope, so session tickets minted for its shell calls verify.
-    await asyncio.to_thread(tickets.open_stream, request.session)
     watcher = None if background else asyncio.create_task(follow_parent())
     forward = None if background else (lambda e: ctx.emit(SubagentEvent(run_id=run_id, agent=agent, event=e)))
     try:
-        settled = await ctx.runtime.run(request, on_event=forward)
+        settled = await _run_in_stream(ctx.runtime, request, forward)
     finally:
         if watcher is not None:
             watcher.cancel()
+    return ChildRun(run_id=run_id, agent=agent, conversation=conversation, settled=settled, request=request)
+
+
+async def resume_child(run: ChildRun, *, runtime: AgentRuntime, session: SessionContext) -> ChildRun:
+    """One more turn of a background run's own conversation, from what is already in it (an inbox
+    message appended by the caller), under ``session``'s identity bound to the run.
+
+    The tools, prompt, envelope and mode are the first turn's: a later turn is never wider than the
+    first, and a weaker ``session`` is narrower still where the policy checks its grants. The turn has
+    its own stop and request id; like the first background turn it reports no events to a parent stream.
+    """
+    first = run.request
+    bound = session.replace(
+        agent_id=first.session.agent_id,
+        conversation_id=run.run_id,
+        request_id=new_request_id(),
+        tool_use_id=None,
+        delegate_run_id=run.run_id,
+        delegate_mode="background",
+    )
+    request = replace(first, session=bound, message=None, stop=StopSignal())
+    settled = await _run_in_stream(runtime, request, None)
+    return replace(run, settled=settled, request=request)
+
+
+async def _run_in_stream(
+    runtime: AgentRuntime, request: TurnRequest, on_event: Callable[[RuntimeEvent], None] | None
+) -> TurnSettled:
+    """Run a child turn inside its own stream scope, so session tickets minted for its shell calls
+    verify, and end the scope (and every ticket) with the turn."""
+    tickets = runtime.store.tickets
+    await asyncio.to_thread(tickets.open_stream, request.session)
+    try:
+        return await runtime.run(request, on_event=on_event)
+    finally:
         await asyncio.to_thread(tickets.end_stream, request.session.request_id)
-    return ChildRun(run_id=run_id, agent=agent, conversation=conversation, settled=settled)

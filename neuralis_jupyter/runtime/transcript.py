@@ -25,7 +25,7 @@ HistoryTransform = Callable[[list[Row]], list[Row]]
 
 def _event_text(block: Mapping[str, Any]) -> str | None:
     """Events the model should read, as text; ``None`` for purely informational events."""
-    if block.get("type") in ("background_report", "inbox_message", "handoff"):
+    if block.get("type") in ("background_report", "delegate_report", "inbox_message", "handoff"):
         body = block.get("text", "")
         return f"<{block['type']}>\n{body}\n</{block['type']}>"
     return None

@@ -8,6 +8,11 @@ that can be edited is not one. ``action`` is a dotted verb (``tool.allowed``, ``
 decided, ``outcome`` the result and ``reason`` the human sentence. ``details`` holds any further
 structured context as compact JSON text, so the table needs no migration when a caller adds a key.
 Reads are by project and time, newest first, through the ``(project_id, ts)`` index.
+
+A row whose id columns hold a ``__system__`` sentinel is refused (seed 002: sentinels are
+process-internal and never persisted). System work is still audited: a system session opened on a real
+project (``create_system_session(reason, caller, scope)``) carries that project's real ids; an
+unscoped one has nothing to attribute the row to.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..contracts.identity import SentinelIdentityError, is_sentinel
 from .migrations import audit_events, from_micros, to_micros
 
 __all__ = ["AuditEvent", "AuditStore"]
@@ -64,6 +70,8 @@ _SCALARS = (
     "outcome",
     "reason",
 )
+#: The identity columns a sentinel must never reach.
+_ID_COLUMNS = ("project_id", "user_id", "agent_id", "conversation_id", "request_id")
 
 
 class AuditStore:
@@ -73,6 +81,10 @@ class AuditStore:
         self.engine = engine
 
     def record(self, event: AuditEvent) -> None:
+        for name in _ID_COLUMNS:
+            value = getattr(event, name)
+            if is_sentinel(value):
+                raise SentinelIdentityError(name, value)
         row: dict[str, Any] = {name: getattr(event, name) for name in _SCALARS}
         row["ts"] = to_micros(event.ts)
         row["details"] = (

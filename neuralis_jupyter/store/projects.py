@@ -8,10 +8,7 @@ priority and grants say. :meth:`ProjectStore.session_for` is the one place a ver
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +16,7 @@ from typing import Any, Literal
 
 from ..contracts.access import DEFAULT_ROLES, Role
 from ..contracts.identity import AgentOwnership, SessionContext, SpendLimits, SpendRule
+from ..identity import local_user_id
 from .conversations import write_json_atomic
 from .errors import NotAMember, NotFound, StoreCorrupt
 from .paths import DataRoot, check_id
@@ -28,13 +26,6 @@ __all__ = ["DEFAULT_PROJECT_ID", "GuardProfile", "Project", "ProjectStore", "loc
 DEFAULT_PROJECT_ID = "default"
 GuardProfile = Literal["safe", "balanced", "auto"]
 PROJECT_FILE = "project.json"
-
-
-def local_user_id() -> str:
-    """The user a local (non-hub) process acts for: $NEURALIS_USER, $JUPYTERHUB_USER, else the OS user."""
-    raw = os.environ.get("NEURALIS_USER") or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", raw).lstrip("._-") or "user"
-    return cleaned[:128]
 
 
 @dataclass(frozen=True, kw_only=True)

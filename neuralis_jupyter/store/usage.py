@@ -12,6 +12,9 @@ integer microseconds (UTC), and surfaces as an aware datetime.
 The spend check runs before every model call, so :meth:`UsageStore.spend` is a single ``SUM`` over an
 index range: ``(project_id, ts, cost_usd)`` answers the project total from the index alone, and the
 user and agent indexes narrow the per-user and per-agent checks.
+
+Every write refuses an event whose id columns hold a ``__system__`` sentinel (seed 002: sentinels are
+process-internal and never persisted); system work on a real project carries that project's real ids.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..contracts.identity import SentinelIdentityError, is_sentinel
 from .migrations import from_micros, to_micros, usage_events
 
 __all__ = ["USAGE_COLUMNS", "UsageEvent", "UsageStore", "select_usage"]
@@ -63,7 +67,15 @@ class UsageEvent:
 USAGE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(UsageEvent))
 
 
+#: The identity columns a sentinel must never reach.
+_ID_COLUMNS = ("project_id", "user_id", "agent_id", "conversation_id", "request_id")
+
+
 def _to_row(event: UsageEvent) -> dict[str, Any]:
+    for name in _ID_COLUMNS:
+        value = getattr(event, name)
+        if is_sentinel(value):
+            raise SentinelIdentityError(name, value)
     row = {name: getattr(event, name) for name in USAGE_COLUMNS}
     row["ts"] = to_micros(event.ts)
     return row

@@ -22,6 +22,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "ask_question",
     "web_fetch",
     "web_search",
+    "wait",
 )
 
 

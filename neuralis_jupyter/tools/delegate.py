@@ -7,6 +7,10 @@ itself at the depth limit. A persona's ``allowed-tools`` is a CEILING the call's
 with; ``blocked_tools`` removes names. Every requested name that falls out is named back with the
 reason, in the same words whether the tool is hidden from the caller or invented, and a ``tools`` list
 of which nothing survives is refused before anything is written.
+
+``background: true`` detaches the run (:class:`~neuralis_jupyter.runtime.inbox.BackgroundDelegates`,
+``env.services["delegates"]``): the call answers at once, the run reports to this conversation when it
+ends, and it has its own inbox, so a message sent to it later continues it and it reports again.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from traitlets import Integer, TraitError, validate
@@ -27,7 +31,8 @@ from ..contracts.identity import SessionContext
 from ..packages import render_placeholders
 from ..runtime import StaticPrompt, ToolContext, ToolOutput, ToolRegistry
 from ..runtime.events import BackgroundReport
-from ..runtime.subagents import ChildRun, child_registry, run_child
+from ..runtime.inbox import BackgroundDelegates, DetachedRun
+from ..runtime.subagents import ChildRun, child_conversation, child_registry, resume_child, run_child
 from .environment import ToolEnvironment
 
 __all__ = ["REASONS", "DelegateSettings", "Narrowing", "handlers", "narrow"]
@@ -56,7 +61,15 @@ class DelegateSettings(Configurable):
         4, help="The most background sub-agent runs one process keeps going at once."
     ).tag(config=True)
 
-    @validate("max_depth", "max_background")
+    inbox_limit = Integer(
+        20,
+        help=(
+            "The most messages that may wait, undelivered, in one background sub-agent run's inbox; "
+            "one more is refused with inbox_full."
+        ),
+    ).tag(config=True)
+
+    @validate("max_depth", "max_background", "inbox_limit")
     def _positive(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 1:
             raise TraitError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']!r}")
@@ -67,8 +80,9 @@ _PREFIX = re.compile(r"^(?:functions|tools|tool)[.:/]")
 
 
 def normalize(name: str) -> str:
-    """The same normalisation for ``tools`` and ``blocked_tools``: a denylist must never miss."""
-    return _PREFIX.sub("", name.strip()).strip().lower()
+    """The same normalisation for ``tools`` and ``blocked_tools``: a denylist must never miss.
+    Case folds first, so a wire prefix in any case (``Functions.``) is stripped too."""
+    return _PREFIX.sub("", name.strip().lower()).strip()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,35 +142,6 @@ def narrow(
     return Narrowing(tools=catalog.filter(lambda t: normalize(t.name) in keep), removed=tuple(removed))
 
 
-@dataclass(kw_only=True)
-class BackgroundDelegates:
-    """Detached sub-agent runs of one process; owned tasks, cancelled on ``aclose``."""
-
-    limit: int
-    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
-
-    def start(self, run_id: str, coro: Any) -> None:
-        if len([t for t in self.tasks.values() if not t.done()]) >= self.limit:
-            coro.close()
-            raise RuntimeError(
-                f"{self.limit} background sub-agents are already running; wait for one to report "
-                "or raise c.DelegateSettings.max_background"
-            )
-        task = asyncio.ensure_future(coro)
-        self.tasks[run_id] = task
-        task.add_done_callback(lambda t: self._done(run_id, t))
-
-    def _done(self, run_id: str, task: asyncio.Task[Any]) -> None:
-        self.tasks.pop(run_id, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background sub-agent %s could not report back", run_id, exc_info=task.exception())
-
-    async def aclose(self) -> None:
-        for task in list(self.tasks.values()):
-            task.cancel()
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-
-
 def _summary(run: ChildRun, narrowing: Narrowing) -> str:
     lines = [run.settled.text or f"(the {run.agent} sub-agent ended without a summary)"]
     if run.settled.status != "completed":
@@ -169,8 +154,14 @@ def _summary(run: ChildRun, narrowing: Narrowing) -> str:
     return "\n".join(lines)
 
 
+def _manager(settings: DelegateSettings) -> BackgroundDelegates:
+    return BackgroundDelegates(limit=settings.max_background, inbox_limit=settings.inbox_limit)
+
+
 def handlers(env: ToolEnvironment) -> dict[str, Any]:
     settings = DelegateSettings(config=env.config)
+    # Built with the handlers, so the server's inbox route finds it before any run has started.
+    env.services.setdefault("delegates", _manager(settings))
 
     async def delegate(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         session: SessionContext = ctx.session
@@ -239,37 +230,73 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
                 },
             )
 
-        async def detached() -> None:
+        parent = ctx.request.conversation
+        last: ChildRun | None = None
+
+        async def settled_text(turn: Awaitable[ChildRun]) -> str:
+            nonlocal last
             try:
-                run = await child()
+                last = await turn
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the parent still learns it failed: a report is owed either way
                 log.exception("background sub-agent %s failed", run_id)
-                text = f"The {persona.name} sub-agent (run {run_id}) failed: {type(exc).__name__}: {exc}"
-            else:
-                text = _summary(run, narrowing)
-            report: dict[str, Any] = {
-                "role": "event",
-                "content": [{"type": "delegate_report", "run_id": run_id, "text": text}],
-            }
-            await asyncio.to_thread(ctx.request.conversation.append, report)
+                return f"The {persona.name} sub-agent (run {run_id}) failed: {type(exc).__name__}: {exc}"
+            return _summary(last, narrowing)
+
+        async def resume(sender: SessionContext) -> str:
+            if last is None:
+                return (
+                    f"The {persona.name} sub-agent (run {run_id}) cannot take messages: its first turn "
+                    "failed before it started. Delegate the task again."
+                )
+            return await settled_text(resume_child(last, runtime=ctx.runtime, session=sender))
+
+        async def report(text: str, sender: SessionContext | None, ids: tuple[str, ...]) -> None:
+            block: dict[str, Any] = {"type": "delegate_report", "run_id": run_id, "text": text}
+            if ids:
+                block["inbox_ids"] = list(ids)
+            await asyncio.to_thread(parent.append, {"role": "event", "content": [block]})
             cont = env.services.get("continue")
             if cont is not None:
+                # The parent continues as whoever this turn answered: the starter, or the sender.
+                as_ = (
+                    session
+                    if sender is None
+                    else sender.replace(
+                        agent_id=session.agent_id,
+                        conversation_id=parent.id,
+                        request_id=None,
+                        tool_use_id=None,
+                        delegate_run_id=session.delegate_run_id,
+                        delegate_mode=session.delegate_mode,
+                    )
+                )
                 event = BackgroundReport(shell_id=run_id, exit_code=None, text=text)
-                await cont(session, ctx.request.conversation, event)
+                await cont(as_, parent, event)
 
-        runs: BackgroundDelegates = env.services.setdefault(
-            "delegates", BackgroundDelegates(limit=settings.max_background)
+        runs: BackgroundDelegates | None = env.services.get("delegates")
+        if runs is None:  # a host that swapped the services out after the handlers were built
+            runs = env.services["delegates"] = _manager(settings)
+        meta = await asyncio.to_thread(parent.read_meta)
+        detached = DetachedRun(
+            run_id=run_id,
+            conversation=child_conversation(parent, run_id),
+            project_id=session.project_id,
+            parent_owner=meta["user_id"],
+            first=lambda: settled_text(child()),
+            resume=resume,
+            report=report,
         )
         try:
-            runs.start(run_id, detached())
+            runs.start(detached)
         except RuntimeError as exc:
             return ToolOutput(content=str(exc), is_error=True, outcome="refused")
         transcript = ctx.request.conversation.path / "delegates" / run_id / "messages.jsonl"
         text = (
             f"Started the {persona.name} sub-agent in the background as run {run_id}; its report arrives "
-            f"in this conversation when it ends. Transcript: {transcript}"
+            "in this conversation when it ends. A message sent to its inbox continues it, and it reports "
+            f"again. Transcript: {transcript}"
         )
         if narrowing.removed:
             text += "\n[Not given to the sub-agent: " + "; ".join(narrowing.named_back()) + "]"

@@ -6,7 +6,8 @@ file. The configuration follows JupyterLab's galata test config (``jupyterlab.ga
 test here does not want: no empty token, no temporary directories left behind.
 
 :class:`LabPage` wraps a Playwright page: open a notebook and wait for its kernel, run cells, find and
-click a widget button, wait for the notebook to finish, read a cell's output, take a screenshot. Every
+click a widget button, wait for the notebook to finish, read a cell's output, save the notebook, take a
+screenshot. Every
 wait has a timeout. Commands are started with ``() => { ...; }`` so that ``page.evaluate`` does not
 wait for the promise the command returns (``notebook:run-all-cells`` resolves only when every cell has
 finished, long after the button had to be clicked).
@@ -324,6 +325,13 @@ class LabPage:
             finally:
                 button_el.dispose()
             clicked.append(cell)
+
+    def save(self, *, timeout: float = 15.0) -> None:
+        """Save the notebook, as Ctrl-S does, and wait until the file holds what the page shows."""
+        self.command("docmanager:save")
+        self.page.wait_for_function(
+            f"(path) => !({_PANEL})(path).context.model.dirty", arg=self.path, timeout=timeout * 1000
+        )
 
     def cells(self) -> list[dict[str, Any]]:
         """Every cell: type, source, execution count, outputs (nbformat JSON) and rendered output text."""

@@ -19,6 +19,7 @@ import pytest
 from .lab import LabPage, LabServer
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 QUICKSTART = NOTEBOOKS / "quickstart.ipynb"
 CASSETTE = NOTEBOOKS / "quickstart.ipynb.cassette.jsonl"
 
@@ -50,6 +51,19 @@ def _texts(outputs: list[dict[str, Any]]) -> str:
             if mime.startswith("text/"):
                 parts.append(value if isinstance(value, str) else "".join(value))
     return re.sub(r"\s+", " ", " ".join(parts))
+
+
+def _joined(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Outputs with multi-line strings joined (a saved notebook splits them into lists of lines)."""
+
+    def join(value: Any) -> Any:
+        return "".join(value) if isinstance(value, list) else value
+
+    return [
+        {**o, **({"data": {k: join(v) for k, v in o["data"].items()}} if "data" in o else {})}
+        | ({"text": join(o["text"])} if "text" in o else {})
+        for o in outputs
+    ]
 
 
 def _errors(cells: list[dict[str, Any]]) -> list[str]:
@@ -87,3 +101,18 @@ def test_quickstart_approve_in_jupyterlab(lab_server: LabServer, lab_page: LabPa
         expected = re.sub(r"\s+", " ", answer).strip()
         assert expected in shown, f"after approving {tool_use_id} the turn did not answer {expected!r}"
     lab_page.screenshot(artifacts / "quickstart-approved.png", cell=clicked[0])
+
+    # The ended turn replaced its live cards with their static bundle, in the page and in the saved file:
+    # reopened without a live kernel, the notebook shows content, not "model not found".
+    lab_page.save()
+    saved = json.loads((lab_server.root / QUICKSTART.name).read_text(encoding="utf-8"))["cells"]
+    for index in clicked:
+        assert _joined(saved[index]["outputs"]) == _joined(cells[index]["outputs"]), (
+            f"cell {index} was not saved as it is shown"
+        )
+        for where, outputs in (("page", cells[index]["outputs"]), ("saved file", saved[index]["outputs"])):
+            bundles = [o["data"] for o in outputs if o["output_type"] in ("display_data", "execute_result")]
+            assert bundles, f"cell {index} has no display outputs in the {where}"
+            for data in bundles:
+                assert WIDGET_VIEW not in data, f"a live widget view was left in cell {index} ({where})"
+                assert {"text/markdown", "text/html", "text/plain"} <= data.keys(), (where, sorted(data))

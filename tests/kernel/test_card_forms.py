@@ -120,3 +120,18 @@ def test_the_footer_shows_the_bill_with_the_pricing_basis_on_hover() -> None:
     errored = FooterCard.for_turn(display_id="f", settled=None, usage=[usage], elapsed_ms=10, rate_waits=1.5)
     assert "ended with an error" in errored.plain()
     assert "waited 1.5 s for the rate limit" in errored.plain()
+
+
+def test_an_interrupted_call_shows_what_it_printed_and_is_not_a_success() -> None:
+    card = _tool(
+        "stopped", "step 1\nKeyboardInterrupt: the code was interrupted\n", {"interrupted": "enough"}
+    )
+
+    head = card.markdown().splitlines()[0]
+
+    assert "⏹ interrupted · 1.5 s" in head
+    assert "not run" not in head, "it ran, in part"
+    assert "✓" not in head
+    assert "Result:" in card.markdown()
+    assert "KeyboardInterrupt" in card.markdown()
+    assert "--jp-error-color1" in card.html()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from .harness import WIDGET_VIEW, KernelHarness, is_button, kernel_env, widget_comm
+from .harness import WIDGET_VIEW, KernelHarness, is_button, kernel_env
 
 pytestmark = pytest.mark.slow
 
@@ -35,12 +36,24 @@ def script(kernel: KernelHarness, name: str, *replies: dict[str, Any]) -> None:
 
 
 def test_chat_cell_magic_streams_an_answer(python3: KernelHarness) -> None:
-    script(python3, "hello", {"text": "Hello from the **demo** model."})
+    answer = "Hello from the **demo** model, streamed in small pieces so that it arrives over time."
+    script(python3, "hello", {"text": answer, "chunk": 2, "delay": 0.005})  # ~40 deltas
+
     run = python3.run("%%chat\nSay hello")
+
     assert run.of_type("execute_result") == [], "the turn's result object is not echoed as the cell's value"
-    final = run.final()
-    assert any("Hello from the **demo** model." in b["text/markdown"] for b in final)
-    assert all(WIDGET_VIEW not in b for b in final)
+    answer_id = next(iter(run.displays()))
+    texts = [
+        m["content"]["data"]["text/markdown"]
+        for m in run.of_type("update_display_data")
+        if m["content"]["transient"]["display_id"] == answer_id
+    ]
+    assert len(texts) >= 3, "the answer grows in several updates"
+    assert all(answer.startswith(t) for t in texts)
+    assert all(len(a) <= len(b) for a, b in itertools.pairwise(texts))
+    assert len(texts[0]) < len(answer), "the first update came before the whole answer"
+    assert texts[-1] == answer
+    assert all(WIDGET_VIEW not in b for b in run.final())
 
 
 def test_approval_click_reaches_a_chat_cell_magic(python3: KernelHarness) -> None:
@@ -57,6 +70,5 @@ def test_approval_click_reaches_a_chat_cell_magic(python3: KernelHarness) -> Non
     python3.click(opened["content"]["comm_id"])
     done = python3.finish(execution)
     assert done.status == "ok"
-    assert widget_comm(done, "ButtonModel", description="Approve") is not None
     value = python3.run("print(x)").of_type("stream")[0]["content"]["text"].strip()
     assert value == "42"

@@ -17,7 +17,7 @@ from .builders import session_for
 
 ROOT = builtin_package_dir("agent-core")
 BASE_AGENTS = {"explore", "research", "planner", "execute", "validate", "operate", "general"}
-# The model-facing names of seed 003 (plus read_tool_result, the runtime's paging tool).
+# The model-facing names of seed 003 (plus read_tool_result and wait, seed 001's cognition tools).
 SEED_TOOL_NAMES = {
     "execute",
     "delegate",
@@ -27,6 +27,7 @@ SEED_TOOL_NAMES = {
     "web_fetch",
     "web_search",
     "read_tool_result",
+    "wait",
 }
 
 
@@ -103,6 +104,7 @@ EXPECTED_FACTS = {
     "web_fetch": ("read", {"egress:external"}, ("core.web",), False, False, False),
     "web_search": ("read", {"egress:external"}, ("core.web",), False, False, False),
     "read_tool_result": ("read", set(), None, True, False, True),
+    "wait": ("read", set(), None, True, False, False),
 }
 
 
@@ -191,6 +193,8 @@ REFERENCE_CALLS = [
     ("web_search", {"query": "MCP stateless transport RC", "mode": "research", "max_results": 8}),
     ("web_search", {"query": "q", "provider": "searxng", "include_content": True}),
     ("read_tool_result", {"id": "toolu_1", "offset": 100, "limit": 50}),
+    ("wait", {"for": "nrs-sh-0123", "seconds": 120}),
+    ("wait", {}),
 ]
 
 
@@ -216,6 +220,8 @@ def test_reference_calls_validate(name, call):
         ("web_fetch", {"url": "https://x", "format": "html"}),
         ("web_search", {"query": "q", "provider": "google"}),
         ("ask_question", {"question": "q", "user_id": "bob"}),
+        ("wait", {"seconds": 301}),
+        ("wait", {"seconds": 0}),
     ],
 )
 def test_off_schema_calls_are_invalid(name, call):

@@ -19,6 +19,7 @@ NATIVE = (
     "web_fetch",
     "web_search",
     "read_tool_result",
+    "wait",
 )
 
 

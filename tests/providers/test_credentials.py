@@ -1,4 +1,5 @@
-"""Where keys and base URLs come from: environment, then the project's credential file."""
+"""Where keys and base URLs come from: environment, then the project's credential file (a base URL
+setting beats both)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
 
-from neuralis_jupyter.providers import MissingCredentials
+from neuralis_jupyter.config import NeuralisSettings
+from neuralis_jupyter.providers import Message, MissingCredentials, ModelRequest, build_model
 from neuralis_jupyter.providers.credentials import (
     NO_KEY_PLACEHOLDER,
     PROVIDER_KEYS,
@@ -18,7 +21,9 @@ from neuralis_jupyter.providers.credentials import (
     resolve_base_url,
 )
 from neuralis_jupyter.store.paths import DataRoot
+from neuralis_jupyter.testing import FakeLLMServer, Reply, collect_events
 
+USER_HI: Message = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
 
 
@@ -131,3 +136,71 @@ def test_one_table_of_variables() -> None:
         "openai": ("OPENAI_API_KEY",),
     }
     assert {k.base_url_var for k in PROVIDER_KEYS.values()} == {"ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"}
+
+
+# -- the base URL: setting, then environment, then the project's credential file ----------------------
+
+
+def test_base_url_from_the_credential_file(data_root: DataRoot) -> None:
+    _write_credentials(data_root, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:8081", "OPENAI_BASE_URL": " "})
+    assert resolve_base_url("anthropic", data_root=data_root, project_id="lab") == "http://127.0.0.1:8081"
+    assert resolve_base_url("openai", data_root=data_root, project_id="lab") is None  # blank is unset
+    assert resolve_base_url("anthropic") is None  # no project named: the file is not read
+
+
+def test_base_url_setting_beats_environment_beats_file(
+    monkeypatch: pytest.MonkeyPatch, data_root: DataRoot
+) -> None:
+    _write_credentials(data_root, {"OPENAI_BASE_URL": "http://file.lab:1/v1"})
+    where = {"data_root": data_root, "project_id": "lab"}
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://env.lab:2/v1")
+    assert resolve_base_url("openai", **where) == "http://env.lab:2/v1"
+    assert (
+        resolve_base_url("openai", setting=" http://setting.lab:3/v1 ", **where) == "http://setting.lab:3/v1"
+    )
+    assert resolve_base_url("openai", setting="", **where) == "http://env.lab:2/v1"  # empty: unset
+
+
+def test_a_compatible_server_in_the_credential_file_needs_no_key(data_root: DataRoot) -> None:
+    _write_credentials(data_root, {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+    assert resolve_api_key("openai", data_root=data_root, project_id="lab") == NO_KEY_PLACEHOLDER
+    assert has_credentials("openai", data_root=data_root, project_id="lab") == (
+        "OPENAI_BASE_URL=http://127.0.0.1:11434/v1 (no key needed)"
+    )
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_the_credential_files_base_url_reaches_the_fake_server(
+    fake_llm: FakeLLMServer, data_root: DataRoot, provider: str
+) -> None:
+    base = fake_llm.anthropic_base_url if provider == "anthropic" else fake_llm.openai_base_url
+    var = PROVIDER_KEYS[provider]
+    _write_credentials(data_root, {var.api_key_vars[0]: "sk-file", var.base_url_var: base})
+    fake_llm.enqueue(Reply(text="hello"))
+    ref = "anthropic:claude-haiku-4-5" if provider == "anthropic" else "openai:gpt-5.4-mini"
+    model = build_model(ref, data_root=data_root, project_id="lab")
+    events = collect_events(model, ModelRequest(model=model.model_id, system="s", messages=(USER_HI,)))
+    assert events[-1].reason == "end_turn"
+    assert [r.provider for r in fake_llm.requests] == [provider]
+
+
+def test_the_base_url_setting_reaches_the_fake_server(
+    fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # refused at once if it were used
+    fake_llm.enqueue(Reply(text="hello"))
+    model = build_model("anthropic:claude-haiku-4-5", base_urls={"anthropic": fake_llm.anthropic_base_url})
+    events = collect_events(model, ModelRequest(model=model.model_id, system="s", messages=(USER_HI,)))
+    assert events[-1].reason == "end_turn"
+    assert len(fake_llm.requests) == 1
+
+
+@pytest.mark.parametrize("name", ["anthropic_base_url", "openai_base_url"])
+def test_the_base_url_settings_are_validated(name: str) -> None:
+    assert (
+        getattr(NeuralisSettings(**{name: " http://127.0.0.1:8000/v1 "}), name) == "http://127.0.0.1:8000/v1"
+    )
+    assert getattr(NeuralisSettings(), name) == ""
+    with pytest.raises(TraitError, match=f"{name} must be an http\\(s\\) URL .* got 'localhost:8000'"):
+        NeuralisSettings(**{name: "localhost:8000"})

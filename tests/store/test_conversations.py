@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -188,34 +189,66 @@ def test_two_processes_append_concurrently(conv):
         assert own == sorted(own)
 
 
-def test_meta_replace_is_atomic(conv):
+@pytest.mark.parametrize("failing", ["fsync", "replace"])
+def test_meta_replace_is_atomic(conv, monkeypatch, failing):
     conv.update_meta(lambda m: m.update(title="first"))
-    with pytest.raises(TypeError):
-        conv.update_meta(lambda m: m.update(title=object()))  # cannot be serialised
-    assert conv.read_meta()["title"] == "first"
+    before = (conv.path / "meta.json").read_bytes()
+    staged = []
+
+    def crash(*args):
+        # The OS fails after the new document is fully written to a temp file: a crash at that
+        # instant must leave the old meta.json whole.
+        staged.extend(json.loads(p.read_text()) for p in conv.path.iterdir() if p.name.endswith(".tmp"))
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, failing, crash)
+    with pytest.raises(OSError, match="Input/output"):
+        conv.update_meta(lambda m: m.update(title="second"))
+    monkeypatch.undo()
+    assert [doc["title"] for doc in staged] == ["second"]  # the new document was staged in full
+    assert (conv.path / "meta.json").read_bytes() == before
     assert [p.name for p in conv.path.iterdir() if p.name.endswith(".tmp")] == []
+    # A value that cannot be serialised fails before anything is written.
+    with pytest.raises(TypeError):
+        conv.update_meta(lambda m: m.update(title=object()))
+    assert conv.read_meta()["title"] == "first"
 
 
 READER = textwrap.dedent(
     """
-    import json, sys
-    path = sys.argv[1]
-    for _ in range(3000):
+    import json, os, sys
+    path, ready, done = sys.argv[1:]
+    def read():
         with open(path) as fh:
             doc = json.load(fh)   # raises on a half-written file
         assert doc["id"], doc
+        return doc
+    read()
+    open(ready, "w").close()
+    while not os.path.exists(done):
+        read()
+    print(read()["counter"])
     """
 )
 
 
-def test_meta_readers_never_see_a_partial_file(conv):
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(conv.path / "meta.json")])
-    i = 0
-    while reader.poll() is None:
-        i += 1
-        conv.update_meta(lambda m, i=i: m.update(title="t" * (i % 5000), counter=i))
+def test_meta_readers_never_see_a_partial_file(conv, tmp_path):
+    updates = 300
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(conv.path / "meta.json"), str(ready), str(done)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    while not ready.exists():  # the reader is reading before the first replace
+        assert reader.poll() is None, "the reader died before it was ready"
+        time.sleep(0.005)
+    for i in range(1, updates + 1):
+        conv.update_meta(lambda m, i=i: m.update(title="t" * (i * 17 % 5000), counter=i))
+    done.touch()
+    out, _ = reader.communicate()
     assert reader.returncode == 0
-    assert i > 10
+    assert int(out) == updates  # its last read, after the writer finished, saw the last update
 
 
 def test_fork_is_a_child_of_the_root(store, conv):

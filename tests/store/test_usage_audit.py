@@ -11,6 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from neuralis_jupyter.config import NeuralisSettings
+from neuralis_jupyter.contracts import (
+    SYSTEM_AGENT_ID,
+    SYSTEM_PROJECT_ID,
+    SYSTEM_USER_ID,
+    SentinelIdentityError,
+    SessionContext,
+    create_system_session,
+)
 from neuralis_jupyter.store import AuditEvent, Store, UsageEvent
 from neuralis_jupyter.store.conversations import ConversationStore
 from neuralis_jupyter.store.migrations import pending_migrations, usage_events
@@ -252,3 +260,49 @@ def test_audit_list_filters_newest_first_with_a_limit(store):
         store.audit.list(since=datetime(2026, 1, 1))  # noqa: DTZ001
     with pytest.raises(ValueError, match="naive"):
         audit(ts=datetime(2026, 1, 1))  # noqa: DTZ001
+
+
+# -- sentinel ids are never persisted (seed 002) --------------------------------------------------------
+
+ID_COLUMNS = ["project_id", "user_id", "agent_id", "conversation_id", "request_id"]
+
+
+@pytest.mark.parametrize("column", ID_COLUMNS)
+def test_usage_writes_refuse_a_sentinel_id(store, column):
+    with pytest.raises(SentinelIdentityError) as refused:
+        store.usage.record(event(**{column: SYSTEM_USER_ID}))
+    assert refused.value.field_name == column
+    with pytest.raises(SentinelIdentityError, match=column):
+        store.usage.insert(event(**{column: SYSTEM_PROJECT_ID}))
+    row_id = store.usage.insert(event())
+    with pytest.raises(SentinelIdentityError, match=column):
+        store.usage.update(row_id, event(**{column: SYSTEM_AGENT_ID}, cost_usd=99.0))
+    with pytest.raises(SentinelIdentityError, match=column):  # one bad event refuses the whole batch
+        store.usage.record_many([event(request_id="fine"), event(**{column: SYSTEM_USER_ID})])
+    assert store.usage.list() == [event()]
+
+
+@pytest.mark.parametrize("column", ID_COLUMNS)
+def test_audit_writes_refuse_a_sentinel_id(store, column):
+    with pytest.raises(SentinelIdentityError) as refused:
+        store.audit.record(audit(**{column: SYSTEM_USER_ID}))
+    assert refused.value.field_name == column
+    assert store.audit.list() == []
+
+
+def test_audit_keeps_system_work_on_a_real_project(store):
+    scope = SessionContext(user_id="alice", project_id="p", agent_id="a1", request_id="r1")
+    system = create_system_session("bootstrap", "agent-core", scope)
+    row = audit(
+        project_id=system.project_id,
+        user_id=system.user_id,
+        agent_id=system.agent_id,
+        conversation_id=system.conversation_id,
+        request_id=system.request_id,
+        action="agent.create",
+    )
+    store.audit.record(row)
+    assert store.audit.list("p") == [row]
+    unscoped = create_system_session("bootstrap", "agent-core")
+    with pytest.raises(SentinelIdentityError, match="project_id"):
+        store.audit.record(audit(project_id=unscoped.project_id, user_id=unscoped.user_id))

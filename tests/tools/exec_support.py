@@ -32,7 +32,28 @@ from neuralis_jupyter.tools import execute
 from neuralis_jupyter.tools.environment import ToolEnvironment
 
 BWRAP = shutil.which("bwrap")
-needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap is not installed (.ci/run installs it)")
+_NO_BWRAP = "bubblewrap is not installed: apt-get install bubblewrap (.ci/run installs it)"
+
+
+def require_bwrap() -> None:
+    """Skip the calling test without bwrap; fail it instead under ``NEURALIS_BWRAP_REQUIRED=1`` (.ci/run),
+    where a sandbox test that silently skips would let a missing sandbox pass CI."""
+    if BWRAP is None:
+        if os.environ.get("NEURALIS_BWRAP_REQUIRED") == "1":
+            pytest.fail(f"{_NO_BWRAP}; NEURALIS_BWRAP_REQUIRED=1 makes that a failure", pytrace=False)
+        pytest.skip(_NO_BWRAP)
+
+
+class _BwrapMissing:
+    # pytest evaluates a skipif condition with bool() when each test sets up, not at import, so the
+    # environment is read per test and require_bwrap's failure fails that test (not the collection).
+    def __bool__(self) -> bool:
+        if BWRAP is None and os.environ.get("NEURALIS_BWRAP_REQUIRED") == "1":
+            require_bwrap()
+        return BWRAP is None
+
+
+needs_bwrap = pytest.mark.skipif(_BwrapMissing(), reason=_NO_BWRAP)
 
 #: A member's shell grants: no exec.unconfined (a sandbox failure is refused) and no core.web.
 MEMBER = ("core.agents", "core.execute", "exec.container", "core.observe")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -57,15 +58,17 @@ def extra_tools(calls):
     return [make("lookup", "read"), make("search", "read"), make("write_note", "write")]
 
 
-def run(bench, model, calls, *, max_depth=None):
+def run(bench, model, calls, *, max_depth=None, depth=0):
+    """One top-level turn of alice's; ``depth`` starts it as if it were already a sub-agent's."""
+    if max_depth is not None:
+        # Read when the native handlers are built, on the first turn: set it before that.
+        bench.settings.config.DelegateSettings.max_depth = max_depth
     target = bench.target("alice")
 
     async def go():
         async with bench.turn(target, "do it", model=model) as request:
-            from dataclasses import replace
-
             tools = request.tools.merge(extra_tools(calls))
-            request = replace(request, tools=tools)
+            request = replace(request, tools=tools, depth=depth)
             return await bench.runtime.run(request), request
 
     return asyncio.run(go()), target
@@ -190,6 +193,69 @@ def test_depth_limit(bench):
     rows = [json.loads(line) for line in nested[0].read_text().splitlines()]
     d3 = next(b for r in rows if r["role"] == "tool" for b in r["content"])
     assert d3["content"] == "Tool not available: delegate"
+
+
+def test_delegate_at_the_depth_limit_is_named_back(bench):
+    model = ScriptedModel(
+        [
+            Reply(calls=(Call(name="delegate", id="d1", input={"task": "go deeper"}),)),
+            # The child (depth 1) may delegate, but its child would sit at max_depth 2: no delegate there.
+            Reply(
+                calls=(
+                    Call(
+                        name="delegate",
+                        id="d2",
+                        input={"task": "deeper still", "tools": ["delegate", "lookup"]},
+                    ),
+                )
+            ),
+            Reply(text="grandchild done"),
+            Reply(text="child done"),
+            Reply(text="parent done"),
+        ]
+    )
+    (settled, _), target = run(bench, model, [])
+    assert settled.status == "completed"
+    assert sorted(t.name for t in model.requests[2].tools) == ["lookup"]
+    child_rows = json_rows(results(target.conversation)["d1"]["content"])
+    d2 = next(b for r in child_rows if r["role"] == "tool" for b in r["content"])
+    assert d2["outcome"] == "ok"
+    assert "[Not given to the sub-agent: delegate: delegate at the depth limit]" in d2["content"]
+
+
+def test_max_depth_one_names_delegate_back_to_a_top_level_call(bench):
+    model = ScriptedModel(
+        [
+            Reply(
+                calls=(Call(name="delegate", id="d1", input={"task": "t", "tools": ["delegate", "lookup"]}),)
+            ),
+            Reply(text="child done"),
+            Reply(text="parent done"),
+        ]
+    )
+    (settled, _), target = run(bench, model, [], max_depth=1)
+    assert settled.status == "completed"
+    text = results(target.conversation)["d1"]["content"]
+    assert text.endswith("[Not given to the sub-agent: delegate: delegate at the depth limit]")
+    assert sorted(t.name for t in model.requests[1].tools) == ["lookup"]
+
+
+def test_delegate_handed_past_the_depth_limit_is_refused_before_any_write(bench):
+    # Another spawner may hand delegate to a turn already at the limit; delegate itself still refuses.
+    model = ScriptedModel(
+        [
+            Reply(calls=(Call(name="delegate", id="d1", input={"task": "one too deep"}),)),
+            Reply(text="understood"),
+        ]
+    )
+    (settled, _), target = run(bench, model, [], max_depth=1, depth=1)
+    assert settled.status == "completed"
+    block = results(target.conversation)["d1"]
+    assert block["outcome"] == "refused"
+    assert block["is_error"] is True
+    assert "delegate was not run because sub-agents may nest only 1 deep" in block["content"]
+    assert not (target.conversation.path / "delegates").exists()
+    assert len(model.requests) == 2  # no child ever called the model
 
 
 def test_child_transcript_is_persisted_under_the_parent(bench):

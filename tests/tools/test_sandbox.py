@@ -24,6 +24,7 @@ from .exec_support import (
     gone,
     needs_bwrap,
     processes_with,
+    require_bwrap,
 )
 
 
@@ -105,8 +106,8 @@ def test_without_bubblewrap_an_unconfined_call_without_network_is_refused(
 
 @pytest.mark.parametrize("confinement", ["sandbox", "unconfined"])
 def test_a_timeout_kills_the_whole_process_group(tmp_path: Path, confinement: str) -> None:
-    if confinement == "sandbox" and BWRAP is None:
-        pytest.skip("bubblewrap is not installed")
+    if confinement == "sandbox":
+        require_bwrap()
     unconfined = {"bwrap_path": "/nonexistent", "unconfined_network": True}
     settings = {"timeout": 0.5} if confinement == "sandbox" else {"timeout": 0.5, **unconfined}
     marker = f"1000.{secrets.randbelow(10**6):06d}"

@@ -265,3 +265,30 @@ def test_close_kills_what_is_running_and_refuses_new_shells(rig: ExecRig) -> Non
 def test_resolve_data_uri_stays_in_the_data_root(tmp_path: Path, uri: str) -> None:
     with pytest.raises(ValueError, match="data root"):
         resolve_data_uri(tmp_path, uri)
+
+
+def test_output_is_readable_while_the_shell_still_runs(rig: ExecRig) -> None:
+    owner = exec_session()
+    model = ScriptedModel([background("echo early; sleep 30; echo late"), Reply(text="ok")])
+
+    async def go() -> tuple[list[Any], str]:
+        shells: BackgroundShells | None = None
+        try:
+            await rig.turn(model)
+            shells = shells_of(rig)
+            shell_id = started(rig)["shellId"]
+            async with asyncio.timeout(10):
+                while True:
+                    if chunks := await shells.output(owner, shell_id):
+                        break
+                    await asyncio.sleep(0.05)
+            status = next(m for m in shells.list(owner) if m["shellId"] == shell_id)["status"]
+            return chunks, status
+        finally:
+            if shells is not None:
+                await shells.aclose()
+
+    chunks, status = asyncio.run(go())
+    # The first line is there while the shell is still sleeping: output is appended as it comes.
+    assert status == "running"
+    assert [(c["stream"], c["text"]) for c in chunks] == [("stdout", "early\n")]

@@ -2,9 +2,10 @@
 
 A withheld call (the policy denied it, the envelope refused it, shadow mode captured it, a stop ended
 it, ...) is never shown as a success: its badge says "not run" in the withheld colour, and the refusal
-text is shown beside it. A background shell (``execute`` with ``background: true``) or a background
-sub-agent keeps its card: the report that arrives later, and the turn it continues, are written into
-the same card (:meth:`ToolCard.report`, :meth:`ToolCard.follow`).
+text is shown beside it. A call that a stop interrupted while it ran (the notebook's ``python``) says
+"interrupted", with what it printed as its result. A background shell (``execute`` with
+``background: true``) or a background sub-agent keeps its card: the report that arrives later, and the
+turn it continues, are written into the same card (:meth:`ToolCard.report`, :meth:`ToolCard.follow`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ _RUNNING = Badge(icon="⏳", label="running", tone="wait")
 _ASKING = Badge(icon="✋", label="awaiting approval", tone="wait")
 _BACKGROUND = Badge(icon="⏳", label="running in the background", tone="wait")
 _UNFINISHED = Badge(icon="⏹", label="did not finish", tone="withheld")
+#: A call a stop ended while it ran (the notebook's ``python``): it ran in part, so it is not "not run",
+#: and what it printed before is its result.
+_INTERRUPTED = Badge(icon="⏹", label="interrupted", tone="error")
 
 
 class ToolCard(Card):
@@ -77,7 +81,10 @@ class ToolCard(Card):
     def finished(
         self, *, outcome: str, content: str, data: Mapping[str, Any] | None, duration_ms: int
     ) -> None:
-        self.badge = OUTCOMES.get(outcome) or OUTCOMES["error"]
+        if outcome == "stopped" and data and data.get("interrupted"):
+            self.badge = _INTERRUPTED
+        else:
+            self.badge = OUTCOMES.get(outcome) or OUTCOMES["error"]
         self.result = content
         self.took = duration(duration_ms)
         handle = _background_handle(data) if outcome == "ok" else None
