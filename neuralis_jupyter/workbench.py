@@ -39,7 +39,7 @@ from .providers.credentials import PROVIDER_KEYS, has_credentials
 from .providers.errors import NoModelConfigured
 from .runtime import LIVE, AgentRuntime, ExecutionMode, StopSignal, ToolRegistry, TurnRequest
 from .runtime.context import ToolTape
-from .runtime.events import RuntimeEvent
+from .runtime.events import BackgroundReport, RuntimeEvent
 from .runtime.loop import new_request_id
 from .store import NotFound, Store
 from .store.agents import AgentRecord
@@ -47,6 +47,7 @@ from .store.conversations import Conversation
 from .store.interactions import GuardOverrideStore
 from .store.projects import DEFAULT_PROJECT_ID, Project, local_user_id
 from .tools import ToolEnvironment, compact, native_handlers, todos
+from .tools.wait import SeenReports
 
 __all__ = ["AgentNotVisible", "ChatTarget", "Workbench"]
 
@@ -200,14 +201,16 @@ class Workbench:
     @cached_property
     def tool_env(self) -> ToolEnvironment:
         """What the native tools get from this host. A kernel sets ``answerer``; a host may replace
-        ``services["continue"]`` to show a background report's continuation its own way."""
+        ``services["continue"]`` (called as :meth:`continue_conversation` is) to show a background
+        report's continuation its own way. ``services["seen_reports"]`` holds the reports a ``wait``
+        already handed to the model, whose continuation is skipped."""
         return ToolEnvironment(
             settings=self.settings,
             store=self.store,
             packages=self._loaded_packages,
             config=self.settings.config,
             api_url=os.environ.get("NEURALIS_API_URL") or None,
-            services={"continue": self.continue_conversation},
+            services={"continue": self.continue_conversation, "seen_reports": SeenReports()},
         )
 
     @cached_property
@@ -353,16 +356,35 @@ class Workbench:
                 await asyncio.to_thread(self.store.tickets.end_stream, session.request_id)
 
     async def continue_conversation(
-        self, session: SessionContext, conversation: Conversation, report: object
+        self,
+        session: SessionContext,
+        conversation: Conversation,
+        report: BackgroundReport,
+        *,
+        owed: Callable[[], bool] | None = None,
     ) -> None:
         """Run the turn a background report asks for: as the session that started the work, with the
-        model, guard and approver of the conversation's last turn in this process."""
+        model, guard and approver of the conversation's last turn in this process.
+
+        ``owed`` says whether the report still needs that turn; it is asked again once this turn holds
+        the conversation, because a turn that held it before may have read the report through ``wait``
+        meanwhile, and answering it twice would repeat work. Without ``owed``, a report counts as read
+        once a wait in the conversation handed over a report of the same job (right for a shell, which
+        reports once; a sub-agent run, which reports once per turn, passes its own)."""
+        seen = self.tool_env.services.get("seen_reports")
+
+        def unread() -> bool:
+            return not isinstance(seen, SeenReports) or not seen.seen(conversation.id, report.shell_id)
+
+        still_owed = owed or unread
         setup = self._last_turns.get(conversation.id)
         if setup is None:
             log.info("no turn to continue %s with; the report waits for the next turn", conversation.id)
             return
         if setup.on_event is not None:
             setup.on_event(report)  # e.g. the kernel's card for the shell that reported
+        if not still_owed():
+            return
         target = await asyncio.to_thread(
             self.target,
             session.user_id,
@@ -379,6 +401,13 @@ class Workbench:
             tape=setup.tape,
             on_event=setup.on_event,
         ) as request:
+            if not still_owed():
+                log.info(
+                    "%s's report was read by a wait in %s; no turn answers it",
+                    report.shell_id,
+                    target.conversation.id,
+                )
+                return
             await self.runtime.run(request, on_event=setup.on_event)
 
     async def drain_background(self, wait_seconds: float) -> bool:
@@ -392,7 +421,7 @@ class Workbench:
                 pending += shells.pending()
             delegates = self.tool_env.services.get("delegates")
             if delegates is not None:
-                pending += [t for t in delegates.tasks.values() if not t.done()]
+                pending += delegates.pending()  # working runs and the parent turns their reports start
             if not pending:
                 return True
             left = deadline - asyncio.get_running_loop().time()

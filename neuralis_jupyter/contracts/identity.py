@@ -37,6 +37,7 @@ __all__ = [
     "SpendRule",
     "SystemReason",
     "SystemSession",
+    "assert_no_sentinel_ids",
     "assert_not_sentinel",
     "check_tool_input_schema",
     "create_system_session",
@@ -207,6 +208,14 @@ class SentinelIdentityError(ValueError):
 def is_sentinel(value: object) -> bool:
     """True when ``value`` is one of the three ``__system__`` sentinels."""
     return isinstance(value, str) and value in SENTINEL_IDS
+
+
+def assert_no_sentinel_ids(**ids: object) -> None:
+    """Refuse the first of ``ids`` (column name: value) that is a sentinel: the store's check before a
+    row is written, since sentinels are process-internal and never persisted."""
+    for name, value in ids.items():
+        if is_sentinel(value):
+            raise SentinelIdentityError(name, str(value))
 
 
 def assert_not_sentinel(session: SessionContext) -> SessionContext:

@@ -3,6 +3,10 @@
 One :class:`ChatController` per IPython shell (the Neuralis kernel, or a plain kernel after
 ``%load_ext neuralis_jupyter``). Nothing heavy is imported before the first chat cell.
 
+Turns may run at the same time: ipykernel 7 runs a subshell's cells on the subshell's thread, beside the
+main shell's. Each turn keeps the target it started with (``%agent`` or ``%conversation`` while it runs
+changes the next turn only), and ``%stop`` stops every turn running in the kernel.
+
 Headless runs (``neuralis run`` sets ``NEURALIS_HEADLESS=1``) never wait for a widget: approvals come
 from the guard profile (an ask is refused, naming the profile) or from answers recorded in the cassette,
 and a question takes its declared default. ``NEURALIS_CASSETTE`` (+ ``NEURALIS_CASSETTE_MODE``
@@ -19,7 +23,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +57,10 @@ class ChatController:
         self._bench: Workbench | None = None
         self._guard: LiveGuard | None = None
         self._cassette: Cassette | None = None
-        self._stop: StopSignal | None = None
-        self._runner: CodeRunner | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Every turn running in this kernel: the main shell's and any subshell's (see the module docstring).
+        # Threads add, remove and read them: under the lock.
+        self._turns: list[_RunningTurn] = []
+        self._turns_lock = threading.Lock()
         self._display_factory: Any = None
 
     # -- lazily built state ----------------------------------------------------------------------
@@ -181,7 +186,6 @@ class ChatController:
             approver, bench.tool_env.answerer = display, _Answerer(display)
         from .notebook_tools import CodeRunner, notebook_tools
 
-        self._loop = asyncio.get_running_loop()
         settled: TurnSettled | None = None
         async with bench.turn(
             target,
@@ -194,7 +198,17 @@ class ChatController:
         ) as request:
             runner = CodeRunner(poll=self._stop_poll(target))
             request = replace(request, tools=request.tools.merge(notebook_tools(self.shell, runner)))
-            self._stop, self._runner = request.stop, runner
+            # The turn keeps its own ids: a %conversation or %agent while it runs points the next turn
+            # elsewhere, and a stop must still reach this one (and name its conversation in the store).
+            running = _RunningTurn(
+                project_id=target.session.project_id,
+                conversation_id=target.conversation.id,
+                stop=request.stop,
+                runner=runner,
+                loop=asyncio.get_running_loop(),
+            )
+            with self._turns_lock:
+                self._turns.append(running)
             try:
                 with _interrupt_stops(request.stop):
                     async for event in bench.runtime.run_turn(request):
@@ -202,7 +216,8 @@ class ChatController:
                         if isinstance(event, TurnSettled):
                             settled = event
             finally:
-                self._stop = self._runner = None
+                with self._turns_lock:
+                    self._turns.remove(running)
                 display.finish(settled)
         self.last = settled
         if self.headless:
@@ -234,32 +249,36 @@ class ChatController:
 
     # -- stopping --------------------------------------------------------------------------------
 
-    def request_stop(self, reason: str = "stopped from the notebook") -> bool:
-        """Stop the running turn, from any thread (a %stop in a subshell, a widget's Stop button).
+    def request_stop(self, reason: str = "stopped from the notebook") -> int:
+        """Stop every turn running in this kernel, from any thread (a %stop in a subshell, a widget's
+        Stop button); how many were running.
 
-        Also writes a stop request to the store, so a turn of this conversation running elsewhere
-        (another kernel, the server) stops too. True when a turn here was running.
+        Also writes a stop request to the store for each running turn's conversation and for the
+        notebook's current one, so a turn of them running elsewhere (another kernel, the server, a
+        background report's continuation) stops too.
         """
-        stop, loop = self._stop, self._loop
-        if self.conversation_id is not None and self._bench is not None:
-            self.bench.store.stops.request(
-                project_id=self.project_id or "default",
-                conversation_id=self.conversation_id,
-                requested_by=self.user_id,
-                reason=reason,
-            )
-        if stop is None or loop is None:
-            return False
-        if threading.current_thread() is threading.main_thread() and _running_loop() is loop:
-            stop.set(reason)
-        else:
-            loop.call_soon_threadsafe(stop.set, reason)
-        runner = self._runner
-        if runner is not None:
-            # The notebook's python code blocks the loop while it runs: the stop above waits for it,
-            # so interrupt it (a no-op when no python call is running).
-            runner.interrupt(reason)
-        return True
+        with self._turns_lock:
+            turns = list(self._turns)
+        conversations = {(t.project_id, t.conversation_id) for t in turns}
+        if self.conversation_id is not None:
+            conversations.add((self.project_id or "default", self.conversation_id))
+        if self._bench is not None:
+            for project_id, conversation_id in conversations:
+                self._bench.store.stops.request(
+                    project_id=project_id,
+                    conversation_id=conversation_id,
+                    requested_by=self.user_id,
+                    reason=reason,
+                )
+        for turn in turns:
+            if _running_loop() is turn.loop:
+                turn.stop.set(reason)
+            else:
+                turn.loop.call_soon_threadsafe(turn.stop.set, reason)
+            # The notebook's python code blocks the main thread's loop while it runs: the stop above
+            # waits for it, so interrupt it (a no-op when no python call of this turn is running).
+            turn.runner.interrupt(reason)
+        return len(turns)
 
     def _stop_poll(self, target: ChatTarget) -> Callable[[], bool]:
         """Whether a stop for this turn was written to the store (by a server route, another kernel):
@@ -272,6 +291,19 @@ class ChatController:
             return stops.requested(project_id=project_id, conversation_id=conversation_id, since=since)
 
         return requested
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RunningTurn:
+    """A turn running in this kernel, with what a stop from another thread needs to reach it."""
+
+    project_id: str
+    conversation_id: str
+    stop: StopSignal
+    #: Runs the turn's ``python`` calls; interrupts one running on the main thread.
+    runner: CodeRunner
+    #: The loop the turn runs on: the main shell's, or a subshell's.
+    loop: asyncio.AbstractEventLoop
 
 
 class _Answerer:

@@ -36,7 +36,7 @@ class NeuralisKernel(IPythonKernel):
     implementation_version = __version__
     banner = (
         "Neuralis Agent: a cell is a message to your agent; start a cell with %%python to run Python.\n"
-        "Magics: %agent %model %guard %conversation %usage %transcript %stop"
+        "Magics: %agent %model %guard %conversation %usage %transcript %stop %inbox"
     )
 
     def __init__(self, **kwargs: Any) -> None:

@@ -7,18 +7,24 @@
 %usage                            this conversation's usage as a DataFrame
 %transcript                       this conversation's transcript as a DataFrame
 %stop                             stop the running turn (from a subshell, another notebook, or the server)
+%inbox [RUN_ID TEXT]              send TEXT to a background sub-agent run's inbox; alone, list what waits
 %%chat                            the cell is a chat message (for a kernel that is not Neuralis)
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .chat import ChatController
 
-__all__ = ["NeuralisMagics", "chat_transformer", "load_ipython_extension", "register"]
+if TYPE_CHECKING:
+    from ..runtime.inbox import BackgroundDelegates
+    from ..workbench import ChatTarget, Workbench
+
+__all__ = ["NeuralisMagics", "chat_transformer", "inbox_transformer", "load_ipython_extension", "register"]
 
 _GUARDS = ("safe", "balanced", "auto")
 
@@ -100,8 +106,33 @@ class NeuralisMagics(Magics):
     @line_magic
     def stop(self, line: str) -> str:
         stopped = self.controller.request_stop(line.strip() or "stopped from the notebook")
+        if not stopped:
+            return "no turn is running here; a stop request was recorded"
+        return "stopping the running turn" if stopped == 1 else f"stopping {stopped} running turns"
+
+    @line_magic
+    def inbox(self, line: str) -> str:
+        """``%inbox RUN_ID TEXT`` sends TEXT to the inbox of background sub-agent run RUN_ID of this
+        conversation; it arrives when the run's current turn ends, and the run reports here again.
+        ``%inbox`` alone lists the messages still undelivered to this conversation's runs."""
+        controller = self.controller
+        # The sender is the kernel's own session, fixed when the kernel started: nothing on the line
+        # (nor a cell that edits os.environ) can name another.
+        target = controller.target()
+        run_id, _, text = line.strip().partition(" ")
+        if not run_id:
+            return _undelivered(target)
+        runs = _delegates(controller.bench)
+        runs.recover(target.conversation)  # a run started before a restart: refused with its reason
+        loop = runs.loop
+        if loop is not None and loop.is_running() and _running_loop() is not loop:
+            # A subshell's thread: the runs live on the main shell's loop, which is free to take it.
+            queued = asyncio.run_coroutine_threadsafe(runs.send(run_id, text, target.session), loop).result()
+        else:
+            queued = runs.send_now(run_id, text, target.session)
         return (
-            "stopping the running turn" if stopped else "no turn is running here; a stop request was recorded"
+            f"queued {queued['id']} for run {run_id}: it arrives when the run's current turn ends, "
+            "and the run reports here again"
         )
 
     @cell_magic
@@ -109,6 +140,52 @@ class NeuralisMagics(Magics):
         # Reached only when the input transformer below did not run (e.g. %%chat called by name):
         # a chat turn must be awaited by the kernel so that widget clicks reach it while it waits.
         raise RuntimeError("%%chat must start the cell; it is run as an awaited chat turn")
+
+
+def _delegates(bench: Workbench) -> BackgroundDelegates:
+    _ = bench.packages  # binding the native tools builds the registry of background runs
+    return bench.tool_env.services["delegates"]
+
+
+def _undelivered(target: ChatTarget) -> str:
+    """The conversation's runs' undelivered messages, read from their inbox files (after a restart
+    too); the conversation is the kernel's own, opened through the same gate as every turn."""
+    from ..runtime.inbox import read_undelivered
+
+    base = target.conversation.path / "delegates"
+    lines = []
+    for directory in sorted(base.iterdir()) if base.is_dir() else ():
+        for message in read_undelivered(directory):
+            first = message["text"].strip().splitlines()[0]
+            text = first if len(first) <= 80 else first[:79] + "…"
+            sender = message["from"]["userId"]
+            lines.append(f"{directory.name}  {message['id']}  from {sender} at {message['queuedAt']}: {text}")
+    if not lines:
+        return "no messages wait undelivered for this conversation's sub-agent runs"
+    return "\n".join(["undelivered messages (run, id, sender, queued at, text):", *lines])
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def inbox_transformer(lines: list[str]) -> list[str]:
+    """``%inbox`` lines as plain magic calls, so that a message ending in ``?`` is sent rather than
+    taken by IPython for a help request. A cell magic's body is its own and is left alone."""
+    if not lines or lines[0].lstrip().startswith("%%"):
+        return lines
+    out = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped == "%inbox" or stripped.startswith("%inbox "):
+            indent = line[: len(line) - len(line.lstrip())]
+            args = stripped.removeprefix("%inbox").strip()
+            line = f"{indent}get_ipython().run_line_magic('inbox', {args!r})\n"
+        out.append(line)
+    return out
 
 
 def chat_transformer(lines: list[str]) -> list[str]:
@@ -127,6 +204,7 @@ def register(shell: Any) -> ChatController:
         controller = ChatController(shell)
         shell._neuralis_chat = controller
         shell.register_magics(NeuralisMagics(shell, controller))
+        shell.input_transformers_cleanup.insert(0, inbox_transformer)
         shell.input_transformers_cleanup.insert(0, chat_transformer)
     return controller
 

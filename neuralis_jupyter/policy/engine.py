@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..contracts.identity import SessionContext, SystemSession, session_from_dict
+from ..contracts.identity import SessionContext, SystemSession, is_sentinel, session_from_dict
 from ..runtime.permission import PermissionDecision, PermissionRequest, PolicyDecision, needs_consent
 from ..runtime.tools import Tool, ToolOutput, ToolRegistry
 from ..store.interactions import InteractionConflict, PendingInteraction, canonical_json, input_hash
@@ -93,7 +93,12 @@ class PolicyEngine:
     async def check(
         self, *, tool: Tool, input: Mapping[str, Any], session: SessionContext, step: int = 0
     ) -> PolicyDecision:
-        decision = self._arms(tool, session)
+        if is_sentinel(session.user_id) or is_sentinel(session.project_id):
+            # Nothing done under a sentinel can be attributed, audited or billed: fail closed.
+            reason = "a session without a real user and project runs no tool; scope the system session"
+            decision = PolicyDecision(allowed=False, reason=reason, arm="identity")
+        else:
+            decision = self._arms(tool, session)
         details: dict[str, Any] = {}
         if decision.allowed:
             verdict = await self.hooks.evaluate(PermissionRequest.of(tool, input, session, step=step))

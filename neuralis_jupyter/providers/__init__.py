@@ -28,7 +28,7 @@ from .base import (
     UsageEvent,
 )
 from .catalog import PRICING_BASIS, Catalog, ModelEntry, Prices, cost_usd, load_catalog, parse_model_ref
-from .credentials import PROVIDER_KEYS, has_credentials, resolve_api_key, resolve_base_url
+from .credentials import PROVIDER_KEYS, has_credentials, resolve_api_key, resolve_base_url, resolve_endpoint
 from .errors import (
     CassetteMismatch,
     MissingCredentials,
@@ -81,6 +81,7 @@ __all__ = [
     "parse_model_ref",
     "resolve_api_key",
     "resolve_base_url",
+    "resolve_endpoint",
 ]
 
 
@@ -97,7 +98,8 @@ def build_model(
     The key comes from the environment, else the project's credential file (``data_root`` +
     ``project_id``). The base URL is ``base_urls[provider]`` (the host's setting, e.g.
     ``c.NeuralisSettings.openai_base_url``), else ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL`` from the
-    environment, else from the credential file. An ``openai:`` model the catalog does not know is allowed
+    environment, else from the credential file, which only sends a key from the same file
+    (:func:`~.credentials.resolve_endpoint`). An ``openai:`` model the catalog does not know is allowed
     (an OpenAI-compatible server's own model), priced at zero.
     """
     provider, model = parse_model_ref(ref)
@@ -111,23 +113,24 @@ def build_model(
         )
     if provider == "anthropic":
         entry = catalog.get(provider, model)
-        base_url = resolve_base_url(provider, setting=setting, data_root=data_root, project_id=project_id)
+        endpoint = resolve_endpoint(provider, setting=setting, data_root=data_root, project_id=project_id)
         return AnthropicModel(
             entry.api_model_id,
-            api_key=resolve_api_key(provider, data_root=data_root, project_id=project_id, base_url=base_url),
-            base_url=base_url,
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
             catalog_id=entry.id,
         )
     if provider == "openai":
-        base_url = resolve_base_url(provider, setting=setting, data_root=data_root, project_id=project_id)
+        endpoint = resolve_endpoint(provider, setting=setting, data_root=data_root, project_id=project_id)
         # A model the catalog cannot price is allowed only on another OpenAI-compatible server (a
         # local one, usually free): on OpenAI's own API it would run unmetered, past every spend limit.
-        own = urlsplit(base_url or OpenAIModel.DEFAULT_BASE_URL).hostname in PROVIDER_KEYS[provider].own_hosts
+        host = urlsplit(endpoint.base_url or OpenAIModel.DEFAULT_BASE_URL).hostname
+        own = host in PROVIDER_KEYS[provider].own_hosts
         entry = catalog.get(provider, model) if own else catalog.lookup(provider, model, allow_unpriced=True)
         return OpenAIModel(
             entry.api_model_id,
-            api_key=resolve_api_key(provider, data_root=data_root, project_id=project_id, base_url=base_url),
-            base_url=base_url,
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
             catalog_id=entry.id,
         )
     raise UnknownModel(ref, "the providers are anthropic, openai and scripted")

@@ -39,6 +39,7 @@ __all__ = [
     "CREDENTIALS_FILE",
     "NO_KEY_PLACEHOLDER",
     "PROVIDER_KEYS",
+    "Endpoint",
     "InsecureCredentials",
     "ProviderKeys",
     "has_credentials",
@@ -46,6 +47,7 @@ __all__ = [
     "project_credentials",
     "resolve_api_key",
     "resolve_base_url",
+    "resolve_endpoint",
 ]
 
 CREDENTIALS_FILE = "credentials.json"
@@ -183,6 +185,43 @@ def resolve_api_key(
     if _keyless(provider, base_url or resolve_base_url(provider, data_root=data_root, project_id=project_id)):
         return NO_KEY_PLACEHOLDER
     raise MissingCredentials(provider, _keys(provider).api_key_vars)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """Where a model call goes and the key it carries: resolved together, so that they agree."""
+
+    base_url: str | None
+    api_key: str
+
+
+def resolve_endpoint(
+    provider: str,
+    *,
+    setting: str | None = None,
+    data_root: DataRoot | None = None,
+    project_id: str | None = None,
+) -> Endpoint:
+    """The base URL and the key of one model call.
+
+    The base URL is ``setting``, else the environment's, else the project's credential file; the key
+    is the environment's, else the file's. A base URL from the file is used only with a key from that
+    same file (or with no key): whoever can write a project's file must not be able to point the
+    operator's key from the environment at a server of their own.
+    """
+    keys = _keys(provider)
+    found = _find_key(provider, data_root, project_id)
+    operator_url = (setting or "").strip() or os.environ.get(keys.base_url_var, "").strip() or None
+    key_from_environment = found is not None and found[0] in keys.api_key_vars
+    if operator_url is not None or key_from_environment:
+        base_url = operator_url
+    else:
+        base_url = resolve_base_url(provider, data_root=data_root, project_id=project_id)
+    if found is not None:
+        return Endpoint(base_url=base_url, api_key=found[1])
+    if _keyless(provider, base_url):
+        return Endpoint(base_url=base_url, api_key=NO_KEY_PLACEHOLDER)
+    raise MissingCredentials(provider, keys.api_key_vars)
 
 
 def has_credentials(

@@ -2,38 +2,40 @@
 
 A background run (``delegate`` with ``background: true``) outlives the turn that started it and reports
 to its parent conversation when it ends. :class:`BackgroundDelegates` owns those runs in one process
-(``env.services["delegates"]``); the server's ``POST …/delegates/<runId>/inbox`` calls :meth:`send`.
+(``env.services["delegates"]``); the server's ``POST …/delegates/<runId>/inbox`` and the kernel's
+``%inbox`` call its ``send``.
 
-Delivery is ``settle``: a background run's inbox has no mid-turn step, so a message sent while the run
-works waits for the end of its current turn. The run then continues its own conversation with one more
-turn, whose input is an ``inbox_message`` event naming the sender (the caller's own session; nothing
-in a request body can claim another sender), run under the sender's identity bound to the run, with the
-run's own tools (:func:`.subagents.resume_child`). When that turn ends the run reports to its parent
-again. A message to a run that has ended starts that turn at once (once fewer than ``limit`` runs are
-working). Consecutive messages from one sender are delivered together, in one turn. ``immediate`` is
-refused (``inbox_delivery_unsupported``), and so is any other delivery (``inbox_delivery_invalid``).
+Delivery is ``settle``: a message sent while the run works waits for the end of its current turn (a
+background run has no mid-turn step: ``immediate`` is ``inbox_delivery_unsupported``, anything else
+``inbox_delivery_invalid``). The run then takes one more turn of its own conversation, whose input is
+an ``inbox_message`` event naming the sender (the caller's own session, never a body field), under the
+sender's identity bound to the run, with the run's own tools (:func:`.subagents.resume_child`), and
+reports again. A message to an ended run starts that turn at once (once fewer than ``limit`` runs work).
+Consecutive messages from one sender are delivered together, in one turn.
 
-Who may send: a user session of the run's project that may open, that is read and continue, the
-parent conversation (its owner, or a role of the admin tier: :func:`can_open_conversation`). Another
-project finds no run at all (``NotFound``), and so does anyone once the run is forgotten (the process
-keeps the latest ``keep_finished`` ended runs); a run cannot message itself. Bounds: at most
-``inbox_limit`` undelivered messages per run (``inbox_full``), at most ``max_chars`` characters each.
+Turns are numbered (the first is 1) and each report carries its number, so a waiter can tell the report
+of the turn now owed from an earlier one (:meth:`BackgroundDelegates.working`). A report is its row in
+the parent conversation, written by the run's task, then the parent's follow-up turn, which waits for
+the parent conversation to be free: that runs as a task of its own (``follow_ups``), holds no slot of
+``limit`` and never delays the run's next message. ``pending`` lists both kinds; ``aclose`` cancels both.
 
-Nothing is lost: every message is written to ``<child conversation>/inbox.jsonl`` before ``send``
-answers, one JSON line per event (``{"op": "queued", "message": InboxMessage}``, then
-``{"op": "delivered", "id", "at"}`` once its ``inbox_message`` row is in the transcript), so
-:func:`read_undelivered` lists what never reached the run, after a restart too.
+Who may send: a user session of the run's project that may open the parent conversation (its owner, or
+the admin tier: :func:`can_open_conversation`). Another project, or anyone once the run is forgotten
+(the latest ``keep_finished`` ended runs are kept), finds no run (``NotFound``); a run cannot message
+itself. Brakes: ``inbox_limit`` undelivered messages per run, ``max_chars`` characters each,
+``rate_limit`` messages per sender per minute. The seed's ``inbox_hops_exceeded`` bounds chains of
+agents messaging agents; only user sessions send here, so there is no chain to bound.
 
-Errors, each with the ``code`` the server maps to HTTP in one place::
+Nothing is lost: a message is written to ``<child conversation>/inbox.jsonl`` before ``send`` answers
+(``{"op": "queued", "message": InboxMessage}``, then ``{"op": "delivered", "id", "at"}`` once its row is
+in the transcript), so :func:`read_undelivered` lists what never reached the run, after a restart too.
+A failed delivery is tried ``deliver_attempts`` times, backing off; then the messages stay undelivered
+in the file and the run goes on with the next ones. After a restart, :meth:`~BackgroundDelegates.recover`
+finds a parent's runs on disk so that their undelivered messages are listed again; such a run cannot
+take another turn (its tools, prompt and model were its starting turn's and are not kept), so a message
+to it is refused: delegate the task again, pointing at the old transcript.
 
-    NeuralisRuntimeError
-    └── InboxError
-        ├── InboxDeliveryInvalid      an unknown delivery (400)
-        ├── InboxDeliveryUnsupported  ``immediate`` to a background run (400)
-        ├── InboxMessageInvalid       an empty or over-long message (400)
-        ├── InboxToSelf               a run messaging its own inbox (400)
-        ├── InboxForbidden            the caller may not write the parent conversation (403)
-        └── InboxFull                 ``inbox_limit`` messages already wait (429)
+The errors, each with the ``code`` the server maps to HTTP, are in :mod:`.inbox_errors`.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ import asyncio
 import json
 import logging
 import os
+import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -53,7 +56,19 @@ from ..contracts.agent_access import can_open_conversation
 from ..contracts.identity import SessionContext, SystemSession
 from ..store.conversations import Conversation, utcnow_iso
 from ..store.errors import NotFound
-from .errors import NeuralisRuntimeError
+from .inbox_errors import (
+    BackgroundLimitReached,
+    InboxDeliveryInvalid,
+    InboxDeliveryUnsupported,
+    InboxError,
+    InboxForbidden,
+    InboxFull,
+    InboxMessageInvalid,
+    InboxRateLimited,
+    InboxRunNotResumable,
+    InboxToSelf,
+)
+from .subagents import child_conversation
 
 __all__ = [
     "INBOX_FILE",
@@ -68,9 +83,12 @@ __all__ = [
     "InboxFull",
     "InboxMessage",
     "InboxMessageInvalid",
+    "InboxRateLimited",
+    "InboxRunNotResumable",
     "InboxSender",
     "InboxToSelf",
     "Queued",
+    "RunReport",
     "read_undelivered",
 ]
 
@@ -78,48 +96,7 @@ log = logging.getLogger(__name__)
 
 INBOX_FILE = "inbox.jsonl"
 Delivery = Literal["settle", "immediate"]
-
-
-# -- errors ---------------------------------------------------------------------------------------
-
-
-class InboxError(NeuralisRuntimeError):
-    code = "inbox_error"
-
-    def __init__(self, run_id: str, message: str) -> None:
-        self.run_id = run_id
-        super().__init__(message)
-
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
-        return (type(self), (self.run_id, str(self)))
-
-
-class InboxDeliveryInvalid(InboxError, ValueError):
-    code = "inbox_delivery_invalid"
-
-
-class InboxDeliveryUnsupported(InboxError, ValueError):
-    code = "inbox_delivery_unsupported"
-
-
-class InboxMessageInvalid(InboxError, ValueError):
-    code = "inbox_message_invalid"
-
-
-class InboxToSelf(InboxError, ValueError):
-    code = "inbox_to_self"
-
-
-class InboxForbidden(InboxError, PermissionError):
-    code = "inbox_forbidden"
-
-
-class InboxFull(InboxError):
-    code = "inbox_full"
-
-
-class BackgroundLimitReached(NeuralisRuntimeError, RuntimeError):
-    code = "background_limit_reached"
+_MINUTE = 60.0
 
 
 # -- wire shapes ----------------------------------------------------------------------------------
@@ -182,9 +159,22 @@ def read_undelivered(directory: Path) -> list[InboxMessage]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunReport:
+    """What one turn of a run reports to its parent."""
+
+    run_id: str
+    #: 1 for the first turn, one more for each inbox turn.
+    turn: int
+    text: str
+    #: The sender whose messages the turn answered; ``None`` for the first turn.
+    sender: SessionContext | None = None
+    inbox_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class DetachedRun:
-    """One background run as its starter (``delegate``) hands it over. The callables never raise for
-    a failed turn: they answer the report text that says so."""
+    """One background run as its starter (``delegate``) hands it over. The turn callables never raise
+    for a failed turn: they answer the report text that says so."""
 
     run_id: str
     #: The run's own conversation (its ``inbox.jsonl`` lives beside ``messages.jsonl``).
@@ -196,9 +186,10 @@ class DetachedRun:
     first: Callable[[], Awaitable[str]]
     #: One more turn of the run's conversation as the given sender; answers the report text.
     resume: Callable[[SessionContext], Awaitable[str]]
-    #: Report to the parent: the text, the sender whose messages the turn answered (``None`` for the
-    #: first turn) and those message ids.
-    report: Callable[[str, SessionContext | None, tuple[str, ...]], Awaitable[None]]
+    #: Write the report's row in the parent conversation (the run's task awaits it).
+    report: Callable[[RunReport], Awaitable[None]]
+    #: The parent's turn that answers a report, run as a task of its own once its row is written.
+    follow_up: Callable[[RunReport], Coroutine[Any, Any, None]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,11 +200,19 @@ class _Queued:
 
 @dataclass(kw_only=True)
 class _Run:
-    spec: DetachedRun
+    run_id: str
+    conversation: Conversation
+    project_id: str
+    parent_owner: str
+    #: ``None`` for a run found on disk after a restart (:meth:`BackgroundDelegates.recover`).
+    spec: DetachedRun | None
     #: Accepted and not yet taken for delivery, oldest first (the file keeps them until delivered).
     pending: list[_Queued] = field(default_factory=list)
     #: A task runs (or waits to run) this run's turns; a message to an idle run wakes it.
-    busy: bool = True
+    busy: bool = False
+    #: The number of the latest turn started, and of the latest turn whose report is written.
+    turn: int = 0
+    reported: int = 0
 
     def take(self) -> list[_Queued]:
         """The next batch: the oldest messages from one sender. Empty makes the run idle; nothing
@@ -229,24 +228,44 @@ class _Run:
         return batch
 
 
+def _write_queued(run: _Run, queued: _Queued) -> None:
+    _append_line(run.conversation.path / INBOX_FILE, {"op": "queued", "message": queued.message})
+
+
 def _sender_key(session: SessionContext) -> tuple[str, str, str | None]:
     return (session.project_id, session.user_id, session.agent_id)
 
 
 class BackgroundDelegates:
     """The background sub-agent runs of one process, each with its own inbox. Owned tasks (``tasks``
-    holds the working ones, which a host drains), cancelled on :meth:`aclose`."""
+    holds the working runs, ``follow_ups`` the parent turns their reports start), cancelled on
+    :meth:`aclose`."""
 
     def __init__(
-        self, *, limit: int, inbox_limit: int = 20, max_chars: int = 20_000, keep_finished: int = 200
+        self,
+        *,
+        limit: int,
+        inbox_limit: int = 20,
+        max_chars: int = 20_000,
+        keep_finished: int = 200,
+        rate_limit: int = 30,
+        deliver_attempts: int = 3,
+        retry_delay: float = 0.5,
     ) -> None:
         self.limit = limit
         self.inbox_limit = inbox_limit
         self.max_chars = max_chars
         self.keep_finished = keep_finished
+        self.rate_limit = rate_limit
+        self.deliver_attempts = deliver_attempts
+        self.retry_delay = retry_delay
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.follow_ups: set[asyncio.Task[None]] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._runs: dict[str, _Run] = {}
         self._waiting: deque[str] = deque()
+        self._sent: dict[tuple[str, str, str | None], deque[float]] = {}
+        self._recovered: set[Path] = set()
         self._closing = False
 
     def start(self, run: DetachedRun) -> None:
@@ -259,7 +278,14 @@ class BackgroundDelegates:
                 "or raise c.DelegateSettings.max_background"
             )
         self._prune()
-        state = _Run(spec=run)
+        state = _Run(
+            run_id=run.run_id,
+            conversation=run.conversation,
+            project_id=run.project_id,
+            parent_owner=run.parent_owner,
+            spec=run,
+            busy=True,
+        )
         self._runs[run.run_id] = state
         self._launch(state, first=True)
 
@@ -267,6 +293,79 @@ class BackgroundDelegates:
 
     async def send(self, run_id: str, text: str, session: SessionContext, delivery: str = "settle") -> Queued:
         """Queue ``text`` for run ``run_id`` from ``session``; see the module docstring for the rules."""
+        run, queued = self._accept(run_id, text, session, delivery)
+        try:
+            await asyncio.to_thread(_write_queued, run, queued)
+        except BaseException:
+            self._withdraw(run, queued)
+            raise
+        return self._queued(run, queued)
+
+    def send_now(self, run_id: str, text: str, session: SessionContext, delivery: str = "settle") -> Queued:
+        """``send`` for a caller on the event loop's thread that cannot await (a kernel's line magic):
+        the same rules, with the one line written in this thread."""
+        run, queued = self._accept(run_id, text, session, delivery)
+        try:
+            _write_queued(run, queued)
+        except BaseException:
+            self._withdraw(run, queued)
+            raise
+        return self._queued(run, queued)
+
+    async def undelivered(self, run_id: str, session: SessionContext) -> list[InboxMessage]:
+        """The run's messages not yet delivered, each with its delivery; the same gate as ``send``."""
+        run = self._visible(run_id, session)
+        return await asyncio.to_thread(read_undelivered, run.conversation.path)
+
+    def recover(self, parent: Conversation) -> list[str]:
+        """Know the runs of ``parent`` found on disk that this process did not start (it restarted
+        since), so that their undelivered messages are listed; their ids. Blocking: reads a few files,
+        once per parent."""
+        base = parent.path / "delegates"
+        if parent.path in self._recovered or not base.is_dir():
+            return []
+        meta = parent.read_meta()
+        found = [
+            d.name for d in sorted(base.iterdir()) if d.name not in self._runs and (d / "meta.json").is_file()
+        ]
+        for run_id in found:
+            self._runs[run_id] = _Run(
+                run_id=run_id,
+                conversation=child_conversation(parent, run_id),
+                project_id=meta["project_id"],
+                parent_owner=meta["user_id"],
+                spec=None,
+            )
+        self._recovered.add(parent.path)
+        return found
+
+    def is_working(self, run_id: str) -> bool:
+        """Whether a turn of ``run_id`` runs or waits to run (False for an unknown run)."""
+        run = self._runs.get(run_id)
+        return run is not None and run.busy
+
+    def working(self) -> dict[str, int]:
+        """The runs with a turn running or waiting to run, each with the number of the turn whose
+        report is owed: an earlier report of the run is not the one a waiter waits for."""
+        return {k: r.reported + 1 for k, r in list(self._runs.items()) if r.busy}
+
+    def pending(self) -> list[asyncio.Task[None]]:
+        """The tasks a host that drains must wait for: working runs and follow-up turns, each until its
+        end is handled (a run that breaks hands its waiting messages to a new task then)."""
+        return [*self.tasks.values(), *self.follow_ups]
+
+    async def aclose(self) -> None:
+        """Cancel every working run and follow-up turn; undelivered messages stay in their files."""
+        self._closing = True
+        self._waiting.clear()
+        tasks = self.pending()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def _accept(self, run_id: str, text: str, session: SessionContext, delivery: str) -> tuple[_Run, _Queued]:
         run = self._visible(run_id, session)
         if delivery == "immediate":
             raise InboxDeliveryUnsupported(
@@ -286,11 +385,29 @@ class BackgroundDelegates:
                 f"the message has {len(text)} characters, more than the {self.max_chars} allowed; "
                 "put the long part in a file and send its path",
             )
+        if run.spec is None:
+            raise InboxRunNotResumable(
+                run_id,
+                f"run {run_id!r} is not held by this process (it restarted since the run started, or "
+                "forgot the run among older ended ones): its tools, prompt and model are gone, so it cannot "
+                "take another turn. Delegate the task again and point the new run at the old transcript: "
+                f"{run.conversation.path / 'messages.jsonl'}",
+            )
         if len(run.pending) >= self.inbox_limit:
             raise InboxFull(
                 run_id,
                 f"{self.inbox_limit} messages already wait for run {run_id!r}; send again once it has "
                 "taken them (c.DelegateSettings.inbox_limit sets the bound)",
+            )
+        now = time.monotonic()
+        sent = self._sent.setdefault(_sender_key(session), deque())
+        while sent and now - sent[0] >= _MINUTE:
+            sent.popleft()
+        if len(sent) >= self.rate_limit:
+            raise InboxRateLimited(
+                run_id,
+                f"you sent {self.rate_limit} messages to sub-agent inboxes in the last minute; send again "
+                f"in {_MINUTE - (now - sent[0]):.0f} s (c.DelegateSettings.inbox_rate_limit sets the bound)",
             )
         message: InboxMessage = {
             "id": "msg_" + uuid.uuid4().hex[:24],
@@ -305,44 +422,30 @@ class BackgroundDelegates:
             "queuedAt": utcnow_iso(),
         }
         queued = _Queued(message=message, session=session)
-        run.pending.append(queued)  # counted at once, so concurrent sends cannot pass the bound
-        try:
-            await asyncio.to_thread(
-                _append_line, run.spec.conversation.path / INBOX_FILE, {"op": "queued", "message": message}
-            )
-        except BaseException:
-            if queued in run.pending:
-                run.pending.remove(queued)
-            raise
-        log.info("inbox message %s queued for run %s by %s", message["id"], run_id, session.user_id)
+        # Counted at once, before any await, so concurrent sends cannot pass either bound.
+        run.pending.append(queued)
+        sent.append(now)
+        return run, queued
+
+    def _withdraw(self, run: _Run, queued: _Queued) -> None:
+        if queued in run.pending:
+            run.pending.remove(queued)
+        sent = self._sent.get(_sender_key(queued.session))
+        if sent:
+            sent.pop()
+
+    def _queued(self, run: _Run, queued: _Queued) -> Queued:
+        key = queued.message["id"]
+        log.info("inbox message %s queued for run %s by %s", key, run.run_id, queued.session.user_id)
         if not run.busy and not self._closing:
             self._wake(run)
-        return {"queued": True, "id": message["id"]}
-
-    async def undelivered(self, run_id: str, session: SessionContext) -> list[InboxMessage]:
-        """The run's messages not yet delivered, each with its delivery; the same gate as ``send``."""
-        run = self._visible(run_id, session)
-        return await asyncio.to_thread(read_undelivered, run.spec.conversation.path)
-
-    def is_working(self, run_id: str) -> bool:
-        """Whether a turn of ``run_id`` runs or waits to run (False for an unknown run)."""
-        run = self._runs.get(run_id)
-        return run is not None and run.busy
-
-    async def aclose(self) -> None:
-        """Cancel every working run; undelivered messages stay in their inbox files."""
-        self._closing = True
-        self._waiting.clear()
-        tasks = list(self.tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        return {"queued": True, "id": key}
 
     # -- one run's life ---------------------------------------------------------------------------
 
     def _visible(self, run_id: str, session: SessionContext) -> _Run:
         run = self._runs.get(run_id)
-        if run is None or run.spec.project_id != session.project_id:
+        if run is None or run.project_id != session.project_id:
             raise NotFound("delegate run", run_id)
         if session.delegate_run_id == run_id or session.conversation_id == run_id:
             raise InboxToSelf(run_id, f"run {run_id!r} cannot message its own inbox")
@@ -352,7 +455,7 @@ class BackgroundDelegates:
                 "a message to a sub-agent run is answered by a turn under the sender's identity; "
                 "a system session has none: send it as the user the work is for",
             )
-        if not can_open_conversation(session, owner=run.spec.parent_owner):
+        if not can_open_conversation(session, owner=run.parent_owner):
             raise InboxForbidden(
                 run_id,
                 f"only who may write the conversation that started run {run_id!r} may message it "
@@ -365,40 +468,67 @@ class BackgroundDelegates:
         if len(self.tasks) < self.limit:
             self._launch(run, first=False)
         else:
-            self._waiting.append(run.spec.run_id)
+            self._waiting.append(run.run_id)
 
     def _launch(self, run: _Run, *, first: bool) -> None:
-        run_id = run.spec.run_id
-        task = asyncio.ensure_future(self._life(run, first=first))
+        run_id = run.run_id
+        self.loop = asyncio.get_running_loop()
+        task = self.loop.create_task(self._life(run, first=first), name=f"background sub-agent {run_id}")
         self.tasks[run_id] = task
-        task.add_done_callback(lambda t: self._done(run_id, t))
+        task.add_done_callback(lambda t: self._done(run, t))
 
-    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
-        if self.tasks.get(run_id) is task:
-            del self.tasks[run_id]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background sub-agent %s could not report back", run_id, exc_info=task.exception())
+    def _done(self, run: _Run, task: asyncio.Task[None]) -> None:
+        if self.tasks.get(run.run_id) is task:
+            del self.tasks[run.run_id]
+        failed = not task.cancelled() and task.exception() is not None
+        if failed:
+            log.error("background sub-agent %s failed", run.run_id, exc_info=task.exception())
+            if run.pending and not run.busy and not self._closing:
+                # Accepted messages are never stranded: the run takes them (every batch it takes
+                # is used up, so this cannot loop without progress).
+                self._wake(run)
         while self._waiting and len(self.tasks) < self.limit and not self._closing:
             waiting = self._runs.get(self._waiting.popleft())
             if waiting is not None:
                 self._launch(waiting, first=False)
 
     async def _life(self, run: _Run, *, first: bool) -> None:
+        spec = run.spec
+        assert spec is not None  # a recovered run is never woken: its sends are refused
         try:
             if first:
-                await self._report(run, await run.spec.first(), None, ())
+                run.turn = 1
+                await self._report(run, RunReport(run_id=run.run_id, turn=1, text=await spec.first()))
+            failures = 0
             while batch := run.take():
-                sender = batch[0].session
                 ids = tuple(q.message["id"] for q in batch)
                 try:
                     await self._deliver(run, batch)
                 except Exception:
-                    # Still queued in the file; the run cannot take them, so it goes on with the rest.
-                    log.exception("could not deliver %s to run %s", ", ".join(ids), run.spec.run_id)
+                    failures += 1
+                    again = failures < self.deliver_attempts
+                    log.log(
+                        logging.WARNING if again else logging.ERROR,
+                        "could not deliver %s to run %s (attempt %d of %d); %s",
+                        ", ".join(ids), run.run_id, failures, self.deliver_attempts,
+                        "trying again" if again else f"they stay undelivered in {run.conversation.path}",
+                        exc_info=True,
+                    )  # fmt: skip
+                    if again:
+                        run.pending[:0] = batch  # first in line again, after a growing pause
+                        await asyncio.sleep(self.retry_delay * 2 ** (failures - 1))
+                    else:
+                        failures = 0
                     continue
-                await self._report(run, await run.spec.resume(sender), sender, ids)
+                failures = 0
+                run.turn += 1
+                sender = batch[0].session
+                text = await spec.resume(sender)
+                await self._report(
+                    run, RunReport(run_id=run.run_id, turn=run.turn, text=text, sender=sender, inbox_ids=ids)
+                )
         except Exception:
-            run.busy = False  # a later message wakes the run again
+            run.busy = False  # a later message wakes the run again, and _done takes what waits
             raise
 
     async def _deliver(self, run: _Run, batch: list[_Queued]) -> None:
@@ -411,21 +541,38 @@ class BackgroundDelegates:
             "user_id": sender.user_id,
             "agent_id": sender.agent_id,
         }
-        await asyncio.to_thread(run.spec.conversation.append, row)
-        path = run.spec.conversation.path / INBOX_FILE
-        for q in batch:
-            entry = {"op": "delivered", "id": q.message["id"], "at": utcnow_iso()}
-            await asyncio.to_thread(_append_line, path, entry)
-
-    async def _report(
-        self, run: _Run, text: str, sender: SessionContext | None, ids: tuple[str, ...]
-    ) -> None:
+        await asyncio.to_thread(run.conversation.append, row)
+        path = run.conversation.path / INBOX_FILE
         try:
-            await run.spec.report(text, sender, ids)
+            for q in batch:
+                entry = {"op": "delivered", "id": q.message["id"], "at": utcnow_iso()}
+                await asyncio.to_thread(_append_line, path, entry)
+        except Exception:  # the row is in the transcript: the run answers it; the file over-reports
+            log.exception("inbox messages of run %s were delivered but could not be marked", run.run_id)
+
+    async def _report(self, run: _Run, report: RunReport) -> None:
+        spec = run.spec
+        assert spec is not None
+        try:
+            await spec.report(report)
         except asyncio.CancelledError:
             raise
         except Exception:  # the run still takes its messages: a failed report must not strand them
-            log.exception("background sub-agent %s could not report back", run.spec.run_id)
+            log.exception("background sub-agent %s could not report back", run.run_id)
+            return
+        finally:
+            run.reported = report.turn
+        if spec.follow_up is not None and not self._closing:
+            task = asyncio.get_running_loop().create_task(
+                spec.follow_up(report), name=f"follow-up of {run.run_id} turn {report.turn}"
+            )
+            self.follow_ups.add(task)
+            task.add_done_callback(self._followed)
+
+    def _followed(self, task: asyncio.Task[None]) -> None:
+        self.follow_ups.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the parent's turn after a sub-agent report failed", exc_info=task.exception())
 
     def _prune(self) -> None:
         idle = [k for k, r in self._runs.items() if not r.busy and not r.pending]

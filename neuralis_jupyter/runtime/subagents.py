@@ -7,6 +7,11 @@ restart from zero. The execution mode binds the child like the envelope does, so
 a shadow run too. The child's transcript is a conversation of its own under the parent's:
 ``<parent>/delegates/<run_id>/``. A background run can take more turns after its first one (an inbox
 message, :mod:`.inbox`): :func:`resume_child` continues the same conversation with the same tools.
+
+A foreground child stops with its parent's turn. A background child outlives that turn by design, so
+it has its own stop: a stop request written to the store for the run's own conversation (its id is the
+run id), which every turn of the run, the first and each inbox turn, polls like a host's turn polls
+its conversation's (:func:`run_stop`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -34,6 +40,7 @@ __all__ = [
     "child_registry",
     "resume_child",
     "run_child",
+    "run_stop",
 ]
 
 
@@ -132,11 +139,15 @@ async def run_child(
     if max_steps is not None:
         ceiling = max_steps if budgets.max_steps is None else min(max_steps, budgets.max_steps)
         budgets = replace(budgets, max_steps=ceiling)
-    child_stop = StopSignal()
-    parent_stop = ctx.stop
     # A background child outlives its parent's turn by design: only a foreground one follows its stop,
     # and only a foreground one reports its events into the parent's (still running) stream.
     background = mode == "background"
+    parent_stop = ctx.stop
+    child_stop = (
+        run_stop(ctx.runtime, project_id=ctx.session.project_id, run_id=run_id)
+        if background
+        else StopSignal()
+    )
 
     async def follow_parent() -> None:
         await parent_stop.wait()
@@ -183,7 +194,8 @@ async def resume_child(run: ChildRun, *, runtime: AgentRuntime, session: Session
 
     The tools, prompt, envelope and mode are the first turn's: a later turn is never wider than the
     first, and a weaker ``session`` is narrower still where the policy checks its grants. The turn has
-    its own stop and request id; like the first background turn it reports no events to a parent stream.
+    its own request id and the run's own stop (:func:`run_stop`); like the first background turn it
+    reports no events to a parent stream.
     """
     first = run.request
     bound = session.replace(
@@ -194,9 +206,22 @@ async def resume_child(run: ChildRun, *, runtime: AgentRuntime, session: Session
         delegate_run_id=run.run_id,
         delegate_mode="background",
     )
-    request = replace(first, session=bound, message=None, stop=StopSignal())
+    stop = run_stop(runtime, project_id=first.session.project_id, run_id=run.run_id)
+    request = replace(first, session=bound, message=None, stop=stop)
     settled = await _run_in_stream(runtime, request, None)
     return replace(run, settled=settled, request=request)
+
+
+def run_stop(runtime: AgentRuntime, *, project_id: str, run_id: str) -> StopSignal:
+    """A background run's turn's stop: set in process, or a stop request for the run's conversation
+    written to the store after this moment (the seed's stop route, by the run's conversation id)."""
+    since = datetime.now(UTC)
+    stops = runtime.store.stops
+
+    def requested() -> bool:
+        return stops.requested(project_id=project_id, conversation_id=run_id, since=since)
+
+    return StopSignal(poll=requested)
 
 
 async def _run_in_stream(

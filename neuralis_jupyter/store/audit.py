@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..contracts.identity import SentinelIdentityError, is_sentinel
+from ..contracts.identity import assert_no_sentinel_ids
 from .migrations import audit_events, from_micros, to_micros
 
 __all__ = ["AuditEvent", "AuditStore"]
@@ -81,10 +81,7 @@ class AuditStore:
         self.engine = engine
 
     def record(self, event: AuditEvent) -> None:
-        for name in _ID_COLUMNS:
-            value = getattr(event, name)
-            if is_sentinel(value):
-                raise SentinelIdentityError(name, value)
+        assert_no_sentinel_ids(**{name: getattr(event, name) for name in _ID_COLUMNS})
         row: dict[str, Any] = {name: getattr(event, name) for name in _SCALARS}
         row["ts"] = to_micros(event.ts)
         row["details"] = (

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..contracts.identity import assert_no_sentinel_ids
 from .migrations import from_micros, model_calls, to_micros
 from .sql import SQLITE_BEGIN_OPTION
 
@@ -48,6 +49,7 @@ class CallLogStore:
         return None if micros is None else from_micros(int(micros))
 
     def record(self, project_id: str, user_id: str, when: datetime) -> None:
+        assert_no_sentinel_ids(project_id=project_id, user_id=user_id)
         c = model_calls.c
         with self.engine.begin() as conn:
             conn.execute(
@@ -62,6 +64,7 @@ class CallLogStore:
     def reserve(
         self, project_id: str, user_id: str, when: datetime, *, limit: int, window: timedelta
     ) -> datetime | None:
+        assert_no_sentinel_ids(project_id=project_id, user_id=user_id)
         c = model_calls.c
         mine = (c.project_id == project_id, c.user_id == user_id)
         in_window = (*mine, c.ts >= to_micros(when - window, name="when"))

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from ..contracts.identity import SessionContext, assert_not_sentinel, session_to_dict
+from ..contracts.identity import SessionContext, assert_no_sentinel_ids, assert_not_sentinel, session_to_dict
 from .errors import NotFound, StoreError
 from .migrations import from_micros, guard_overrides, pending_interactions, to_micros
 from .projects import GuardProfile
@@ -260,6 +260,7 @@ class GuardOverrideStore:
     def set(self, project_id: str, conversation_id: str, profile: GuardProfile, *, set_by: str) -> None:
         if profile not in _PROFILES:
             raise ValueError(f"guard profile must be safe, balanced or auto, got {profile!r}")
+        assert_no_sentinel_ids(project_id=project_id, conversation_id=conversation_id, set_by=set_by)
         values = {"profile": profile, "set_by": set_by, "updated": _now()}
         where = _key(project_id, conversation_id)
         with self.engine.begin() as conn:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..contracts.identity import assert_no_sentinel_ids
 from .migrations import stop_requests, to_micros
 
 __all__ = ["StopRequests"]
@@ -24,6 +25,8 @@ class StopRequests:
     def request(
         self, *, project_id: str, conversation_id: str, requested_by: str, reason: str | None = None
     ) -> None:
+        ids = {"project_id": project_id, "conversation_id": conversation_id, "requested_by": requested_by}
+        assert_no_sentinel_ids(**ids)
         with self.engine.begin() as conn:
             conn.execute(
                 stop_requests.insert().values(

@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..contracts.identity import SentinelIdentityError, is_sentinel
+from ..contracts.identity import assert_no_sentinel_ids
 from .migrations import from_micros, to_micros, usage_events
 
 __all__ = ["USAGE_COLUMNS", "UsageEvent", "UsageStore", "select_usage"]
@@ -72,10 +72,7 @@ _ID_COLUMNS = ("project_id", "user_id", "agent_id", "conversation_id", "request_
 
 
 def _to_row(event: UsageEvent) -> dict[str, Any]:
-    for name in _ID_COLUMNS:
-        value = getattr(event, name)
-        if is_sentinel(value):
-            raise SentinelIdentityError(name, value)
+    assert_no_sentinel_ids(**{name: getattr(event, name) for name in _ID_COLUMNS})
     row = {name: getattr(event, name) for name in USAGE_COLUMNS}
     row["ts"] = to_micros(event.ts)
     return row

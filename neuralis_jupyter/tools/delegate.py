@@ -10,7 +10,11 @@ of which nothing survives is refused before anything is written.
 
 ``background: true`` detaches the run (:class:`~neuralis_jupyter.runtime.inbox.BackgroundDelegates`,
 ``env.services["delegates"]``): the call answers at once, the run reports to this conversation when it
-ends, and it has its own inbox, so a message sent to it later continues it and it reports again.
+ends, and it has its own inbox, so a message sent to it later (the kernel's ``%inbox``, the server's
+inbox route) continues it and it reports again. Each report is a ``delegate_report`` row stamped with
+the run's turn number, and then a follow-up turn of this conversation, through the host's
+``env.services["continue"]``, unless a ``wait`` in this conversation already handed that report to the
+model (``env.services["seen_reports"]``, checked once the conversation is free).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from ..contracts.identity import SessionContext
 from ..packages import render_placeholders
 from ..runtime import StaticPrompt, ToolContext, ToolOutput, ToolRegistry
 from ..runtime.events import BackgroundReport
-from ..runtime.inbox import BackgroundDelegates, DetachedRun
+from ..runtime.inbox import BackgroundDelegates, DetachedRun, RunReport
 from ..runtime.subagents import ChildRun, child_conversation, child_registry, resume_child, run_child
 from .environment import ToolEnvironment
 
@@ -69,7 +73,17 @@ class DelegateSettings(Configurable):
         ),
     ).tag(config=True)
 
-    @validate("max_depth", "max_background", "inbox_limit")
+    inbox_rate_limit = Integer(
+        30,
+        help=(
+            "The most messages one sender may send to the inboxes of this process's background "
+            "sub-agent runs in a minute; one more is refused with inbox_rate_limited. (The seed's other "
+            "brake, inbox_hops_exceeded, bounds chains of agents messaging agents: only users send to "
+            "a run's inbox, so it does not apply.)"
+        ),
+    ).tag(config=True)
+
+    @validate("max_depth", "max_background", "inbox_limit", "inbox_rate_limit")
     def _positive(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 1:
             raise TraitError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']!r}")
@@ -155,7 +169,11 @@ def _summary(run: ChildRun, narrowing: Narrowing) -> str:
 
 
 def _manager(settings: DelegateSettings) -> BackgroundDelegates:
-    return BackgroundDelegates(limit=settings.max_background, inbox_limit=settings.inbox_limit)
+    return BackgroundDelegates(
+        limit=settings.max_background,
+        inbox_limit=settings.inbox_limit,
+        rate_limit=settings.inbox_rate_limit,
+    )
 
 
 def handlers(env: ToolEnvironment) -> dict[str, Any]:
@@ -252,28 +270,41 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
                 )
             return await settled_text(resume_child(last, runtime=ctx.runtime, session=sender))
 
-        async def report(text: str, sender: SessionContext | None, ids: tuple[str, ...]) -> None:
-            block: dict[str, Any] = {"type": "delegate_report", "run_id": run_id, "text": text}
-            if ids:
-                block["inbox_ids"] = list(ids)
+        async def report(done: RunReport) -> None:
+            block: dict[str, Any] = {
+                "type": "delegate_report",
+                "run_id": run_id,
+                "turn": done.turn,
+                "text": done.text,
+            }
+            if done.inbox_ids:
+                block["inbox_ids"] = list(done.inbox_ids)
             await asyncio.to_thread(parent.append, {"role": "event", "content": [block]})
+
+        async def follow_up(done: RunReport) -> None:
             cont = env.services.get("continue")
-            if cont is not None:
-                # The parent continues as whoever this turn answered: the starter, or the sender.
-                as_ = (
-                    session
-                    if sender is None
-                    else sender.replace(
-                        agent_id=session.agent_id,
-                        conversation_id=parent.id,
-                        request_id=None,
-                        tool_use_id=None,
-                        delegate_run_id=session.delegate_run_id,
-                        delegate_mode=session.delegate_mode,
-                    )
+            if cont is None:
+                return
+            # The parent continues as whoever this turn answered: the starter, or the sender.
+            as_ = (
+                session
+                if done.sender is None
+                else done.sender.replace(
+                    agent_id=session.agent_id,
+                    conversation_id=parent.id,
+                    request_id=None,
+                    tool_use_id=None,
+                    delegate_run_id=session.delegate_run_id,
+                    delegate_mode=session.delegate_mode,
                 )
-                event = BackgroundReport(shell_id=run_id, exit_code=None, text=text)
-                await cont(as_, parent, event)
+            )
+
+            def owed() -> bool:
+                seen = env.services.get("seen_reports")
+                return seen is None or not seen.seen(parent.id, run_id, done.turn)
+
+            event = BackgroundReport(shell_id=run_id, exit_code=None, text=done.text)
+            await cont(as_, parent, event, owed=owed)
 
         runs: BackgroundDelegates | None = env.services.get("delegates")
         if runs is None:  # a host that swapped the services out after the handlers were built
@@ -287,6 +318,7 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
             first=lambda: settled_text(child()),
             resume=resume,
             report=report,
+            follow_up=follow_up,
         )
         try:
             runs.start(detached)
@@ -295,8 +327,8 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
         transcript = ctx.request.conversation.path / "delegates" / run_id / "messages.jsonl"
         text = (
             f"Started the {persona.name} sub-agent in the background as run {run_id}; its report arrives "
-            "in this conversation when it ends. A message sent to its inbox continues it, and it reports "
-            f"again. Transcript: {transcript}"
+            "in this conversation when it ends. A message sent to its inbox (in a notebook: "
+            f"%inbox {run_id} TEXT) continues it, and it reports again. Transcript: {transcript}"
         )
         if narrowing.removed:
             text += "\n[Not given to the sub-agent: " + "; ".join(narrowing.named_back()) + "]"

@@ -14,16 +14,24 @@ starting; a run whose transcript never appears there is answered like an id that
 
 ``for`` names one job. Without it, ``wait`` returns when the first of the caller's running jobs reports,
 and at once when none is running. A timeout is not an error: the job is still running and its report
-still comes. Like every tool call, the wait is cancelled when the turn is stopped.
+still comes. Like every tool call, the wait is cancelled when the turn is stopped. ``seconds`` must be
+a finite number above 0 (a JSON parser may hand over NaN, which would never time out).
 
-A sub-agent run that a message to its inbox set working again reports again; ``wait`` answers with the
-latest report in the conversation, so it cannot tell that second turn from the first (the registry's
-working flag stays set while a report's continuation waits for this very turn, so it cannot tell either).
+A sub-agent run takes a turn for each message to its inbox and reports again, each report stamped with
+its turn number. A run that is working (a turn runs, or waits for a free slot) owes the report of the
+turn the registry names (:meth:`~neuralis_jupyter.runtime.inbox.BackgroundDelegates.working`) when the
+wait begins: only that report or a later one ends the wait, never the report of an earlier turn. A
+run that is not working answers with its latest report.
+
+A report the wait hands to the model is marked in :class:`SeenReports` (``env.services["seen_reports"]``):
+the follow-up turn that report would start in this conversation is then skipped, since the turn that
+waited has already read it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,7 +40,7 @@ from ..runtime import ToolContext, ToolOutput
 from ..store.conversations import Conversation
 from .environment import ToolEnvironment
 
-__all__ = ["DEFAULT_SECONDS", "MAX_SECONDS", "POLL_INTERVAL", "handlers"]
+__all__ = ["DEFAULT_SECONDS", "MAX_SECONDS", "POLL_INTERVAL", "SeenReports", "handlers"]
 
 DEFAULT_SECONDS = 30.0
 MAX_SECONDS = 300.0
@@ -46,12 +54,36 @@ _REPORT_KEYS = {"background_report": "shell_id", "delegate_report": "run_id"}
 JobState = Literal["reported", "running", "starting", "gone", "unknown"]
 
 
+class SeenReports:
+    """The reports a ``wait`` has handed to the model, per conversation and job: for a sub-agent run
+    the latest turn number seen, for a shell (which reports once) turn 0. In process memory, like the
+    background jobs themselves."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def mark(self, conversation_id: str, job: str, turn: int = 0) -> None:
+        key = (conversation_id, job)
+        self._seen[key] = max(turn, self._seen.get(key, turn))
+
+    def seen(self, conversation_id: str, job: str, turn: int = 0) -> bool:
+        """Whether a wait in the conversation handed over this report of ``job``, or a later one."""
+        return self._seen.get((conversation_id, job), -1) >= turn
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Report:
+    text: str
+    #: The sub-agent run's turn the report is for; 0 for a shell.
+    turn: int
+
+
 @dataclass(kw_only=True)
 class _Reports:
-    """The report rows of one conversation, read incrementally."""
+    """The latest report row of each job of one conversation, read incrementally."""
 
     conversation: Conversation
-    found: dict[str, str] = field(default_factory=dict)
+    found: dict[str, _Report] = field(default_factory=dict)
     _next_seq: int = 0
 
     async def refresh(self) -> None:
@@ -63,7 +95,15 @@ class _Reports:
             for block in row.get("content", []):
                 key = _REPORT_KEYS.get(block.get("type", ""))
                 if key is not None and isinstance(block.get(key), str):
-                    self.found[block[key]] = str(block.get("text", ""))
+                    turn = block.get("turn")
+                    self.found[block[key]] = _Report(
+                        text=str(block.get("text", "")), turn=turn if isinstance(turn, int) else 0
+                    )
+
+    def has(self, job: str, owed: int | None) -> bool:
+        """Whether the report ``owed`` (a turn number; ``None``: any) or a later one is in."""
+        report = self.found.get(job)
+        return report is not None and (owed is None or report.turn >= owed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,23 +117,24 @@ class _Jobs:
         shells = self.services.get("shells")
         return set() if shells is None else {m["shellId"] for m in shells.list(self.ctx.session)}
 
-    def live_runs(self) -> set[str]:
+    def working_runs(self) -> dict[str, int]:
+        """The runs working in this process, each with the turn whose report it owes."""
         runs = self.services.get("delegates")
-        return set() if runs is None else {k for k, t in list(runs.tasks.items()) if not t.done()}
+        return {} if runs is None else runs.working()
 
     def run_dirs(self, run_ids: Iterable[str]) -> set[str]:
         """The run ids whose transcript lives under the caller's conversation. Blocking."""
         base = self.ctx.request.conversation.path / "delegates"
         return {r for r in run_ids if r and "/" not in r and r not in (".", "..") and (base / r).is_dir()}
 
-    async def state(self, job: str, reports: _Reports) -> JobState:
+    async def state(self, job: str, reports: _Reports, owed: int | None) -> JobState:
         # Registries first, reports after: a report written before a job left its registry is then
         # always seen, so "gone" never hides a report that was on its way.
         shell = job in self.shells()
-        live = job in self.live_runs()
+        live = job in self.working_runs()
         mine = not shell and bool(await asyncio.to_thread(self.run_dirs, [job]))
         await reports.refresh()
-        if job in reports.found:
+        if reports.has(job, owed):
             return "reported"
         if shell or (mine and live):
             return "running"
@@ -101,20 +142,24 @@ class _Jobs:
             return "starting"
         return "gone" if mine else "unknown"
 
-    async def running(self, reports: _Reports) -> list[str]:
-        """The caller's jobs that have not reported yet."""
-        live = self.live_runs()
-        jobs = sorted(self.shells()) + sorted(await asyncio.to_thread(self.run_dirs, live))
+    async def running(self, reports: _Reports) -> dict[str, int | None]:
+        """The caller's jobs that have not reported yet, each with the report it owes."""
+        working = self.working_runs()
+        mine = await asyncio.to_thread(self.run_dirs, working)
+        jobs: dict[str, int | None] = {s: None for s in sorted(self.shells())}
+        jobs.update({r: working[r] for r in sorted(mine)})
         await reports.refresh()
-        return [j for j in jobs if j not in reports.found]
+        return {j: owed for j, owed in jobs.items() if not reports.has(j, owed)}
 
 
-def _reported(jobs: list[str], reports: _Reports) -> ToolOutput:
-    parts = [f"{job} has ended. Its report:\n{reports.found[job]}" for job in jobs]
+def _reported(jobs: list[str], reports: _Reports, ctx: ToolContext, seen: SeenReports) -> ToolOutput:
+    for job in jobs:
+        seen.mark(ctx.request.conversation.id, job, reports.found[job].turn)
+    parts = [f"{job} has ended. Its report:\n{reports.found[job].text}" for job in jobs]
     return ToolOutput(content="\n\n".join(parts), data={"jobs": {job: "ended" for job in jobs}})
 
 
-def _still_running(jobs: list[str], seconds: float) -> ToolOutput:
+def _still_running(jobs: Iterable[str], seconds: float) -> ToolOutput:
     names = ", ".join(jobs)
     return ToolOutput(
         content=(
@@ -136,9 +181,29 @@ def _unknown(job: str) -> ToolOutput:
     )
 
 
+def _seconds(args: dict[str, Any]) -> float | ToolOutput:
+    raw = args.get("seconds", DEFAULT_SECONDS)
+    seconds = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        return ToolOutput(
+            content=(
+                f"Refused: seconds must be a finite number above 0 (at most {MAX_SECONDS:g}), not {raw!r}. "
+                f"Call wait again with seconds between 1 and {MAX_SECONDS:g}, or leave it out for "
+                f"{DEFAULT_SECONDS:g}."
+            ),
+            is_error=True,
+            outcome="invalid",
+        )
+    return min(seconds, MAX_SECONDS)
+
+
 def handlers(env: ToolEnvironment) -> dict[str, Any]:
+    seen: SeenReports = env.services.setdefault("seen_reports", SeenReports())
+
     async def wait(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        seconds = min(float(args.get("seconds", DEFAULT_SECONDS)), MAX_SECONDS)
+        seconds = _seconds(args)
+        if isinstance(seconds, ToolOutput):
+            return seconds
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         jobs = _Jobs(services=env.services, ctx=ctx)
@@ -152,23 +217,25 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
                     data={"jobs": {}},
                 )
         else:
-            watched = [target]
+            # What the run owes when the wait begins: a report of an earlier turn does not end it.
+            watched = {target: jobs.working_runs().get(target)}
         state: JobState = "running"
         while True:
             if target is None:
                 await reports.refresh()
-                ended = [j for j in watched if j in reports.found]
+                ended = [j for j, owed in watched.items() if reports.has(j, owed)]
                 if ended:
-                    return _reported(ended, reports)
+                    return _reported(ended, reports, ctx, seen)
             else:
-                state = await jobs.state(target, reports)
+                state = await jobs.state(target, reports, watched[target])
                 if state == "reported":
-                    return _reported([target], reports)
+                    return _reported([target], reports, ctx, seen)
                 if state == "unknown":
                     return _unknown(target)
                 if state == "gone":
                     return ToolOutput(
-                        content=f"{target} is not running, and no report of it is in this conversation.",
+                        content=f"{target} is not running, and no report of its latest turn is in this "
+                        "conversation.",
                         data={"jobs": {target: "gone"}},
                     )
             left = deadline - loop.time()

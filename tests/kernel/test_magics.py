@@ -1,17 +1,30 @@
 """The line magics in a real kernel: each switch takes effect, and a refused one changes nothing.
 
 A refused ``%agent``, ``%model`` or ``%conversation`` must leave the kernel talking where it did: the
-next chat cell still answers.
+next chat cell still answers. ``%inbox`` messages a background sub-agent run as the kernel's own user.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from neuralis_jupyter.config import NeuralisSettings
+from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
+from neuralis_jupyter.runtime import Tool, ToolOutput
+from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 from neuralis_jupyter.store.projects import DEFAULT_PROJECT_ID
+from neuralis_jupyter.workbench import Workbench
 
-from .harness import Execution, KernelHarness
+from .harness import TIMEOUT, Execution, KernelHarness
 
 pytestmark = pytest.mark.slow
 
@@ -130,3 +143,119 @@ def test_transcript_and_usage_return_rows_of_this_conversation(kernel: KernelHar
     transcript, usage = out.strip().splitlines()
     assert transcript == "['user', 'assistant'] ['Count me in.', 'Counted.']"
     assert usage == f"1 [{conversation!r}] True"
+
+
+# -- %inbox ---------------------------------------------------------------------------------------------
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def eventually(check: Callable[[], Any], what: str) -> Any:
+    """Poll ``check`` until it answers something true; the bound only turns a hang into a failure."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen in {TIMEOUT} s")
+        time.sleep(0.1)
+    return found
+
+
+def conversation_dir(kernel: KernelHarness, conversation: str) -> Path:
+    (path,) = kernel.home.glob(f"projects/*/agents/*/conversations/{conversation}")
+    return path
+
+
+def test_inbox_sends_as_the_kernels_user_and_the_run_answers(kernel: KernelHarness) -> None:
+    kernel.run("%conversation new")
+    kernel.run("%guard auto")
+    start = {"name": "delegate", "input": {"task": "Count the files.", "background": True}}
+    # The parent's turns and the run's interleave: every answer after the first is the same text.
+    kernel.script({"text": "", "calls": [start]}, *[{"text": "Noted."}] * 8)
+    kernel.run("Count them in the background.")
+    parent = conversation_dir(kernel, kernel.conversation())
+    (run,) = eventually(lambda: list((parent / "delegates").glob("d-*")), "the run's start")
+    eventually(
+        lambda: any(
+            b["type"] == "delegate_report" for r in rows(parent / "messages.jsonl") for b in r["content"]
+        ),
+        "the run's first report",
+    )
+    # A cell that rewrites who the environment says the user is changes nothing: the kernel's
+    # identity was fixed when it started, and the line names no sender.
+    kernel.run("%%python\nimport os\nos.environ['NEURALIS_USER'] = 'mallory'")
+    try:
+        queued = shown(kernel, f"%inbox {run.name} Did you count the hidden ones?")
+    finally:
+        kernel.run("%%python\nos.environ['NEURALIS_USER'] = 'alice'")
+
+    assert queued.startswith("queued msg_")
+
+    def answered() -> list[dict[str, Any]]:
+        run_rows = rows(run / "messages.jsonl")
+        events = any(r["role"] == "event" for r in run_rows)
+        return run_rows if events and run_rows[-1]["role"] == "assistant" else []
+
+    run_rows = eventually(answered, "the run's answer to the message")
+    (block,) = next(r for r in run_rows if r["role"] == "event")["content"]
+    assert block["type"] == "inbox_message"
+    assert block["message"] == "Did you count the hidden ones?"  # sent, not taken for a help request
+    assert block["from"]["userId"] == "alice"
+    assert block["id"] == queued.split()[1]
+
+    def report_turns() -> list[int]:
+        parent_rows = rows(parent / "messages.jsonl")
+        return [b["turn"] for r in parent_rows for b in r["content"] if b["type"] == "delegate_report"]
+
+    eventually(lambda: report_turns() == [1, 2], "the run's second report")
+    assert shown(kernel, "%inbox") == "no messages wait undelivered for this conversation's sub-agent runs"
+    error = refused(kernel, "%inbox d-000000000000 hello")
+    assert "d-000000000000" in error.reply["content"]["evalue"]
+
+
+def test_inbox_lists_what_a_run_never_received_before_a_restart(kernel: KernelHarness) -> None:
+    kernel.run("%conversation new")
+    conversation = kernel.conversation()
+    # Another process (a kernel since shut down) ran this conversation: its run was working, a message
+    # waited for it, and then the process ended.
+    bench = Workbench(NeuralisSettings(data_root=str(kernel.home)), store=Store.open(kernel.home))
+    target = bench.target("alice", conversation_id=conversation)
+    entered = asyncio.Event()
+
+    async def hold(args: dict[str, Any], ctx: Any) -> ToolOutput:
+        entered.set()
+        await asyncio.Event().wait()
+        return ToolOutput(content="never")
+
+    held = Tool(
+        name="hold", description="hold", input_schema={"type": "object"}, handler=hold, access="read",
+        package_id=AGENT_CORE_ID,
+    )  # fmt: skip
+    start = Call(name="delegate", input={"task": "Hold.", "background": True})
+    script = {
+        "Start it.": [Reply(calls=(start,)), Reply(text="ok")],
+        "Hold.": [Reply(calls=(Call(name="hold"),))],
+    }
+    model = ScriptedModel([lambda r: script[r.messages[0]["content"][0]["text"]].pop(0)] * 3)
+
+    async def previous_process() -> tuple[str, str]:
+        async with bench.turn(target, "Start it.", model=model) as request:
+            await bench.runtime.run(replace(request, tools=request.tools.merge([held])))
+        await asyncio.wait_for(entered.wait(), TIMEOUT)
+        runs = bench.tool_env.services["delegates"]
+        (run_id,) = runs.tasks
+        queued = await runs.send(run_id, "Are you still there?", target.session)
+        await bench.aclose()
+        return run_id, queued["id"]
+
+    run_id, message_id = asyncio.run(previous_process())
+
+    listed = shown(kernel, "%inbox")
+    assert run_id in listed
+    assert message_id in listed
+    assert "from alice" in listed
+    assert "Are you still there?" in listed
+    error = refused(kernel, f"%inbox {run_id} And now?")
+    assert "is not held by this process" in error.reply["content"]["evalue"]
+    assert "Delegate the task again" in error.reply["content"]["evalue"]

@@ -15,10 +15,12 @@ from neuralis_jupyter.providers import Message, MissingCredentials, ModelRequest
 from neuralis_jupyter.providers.credentials import (
     NO_KEY_PLACEHOLDER,
     PROVIDER_KEYS,
+    Endpoint,
     InsecureCredentials,
     has_credentials,
     resolve_api_key,
     resolve_base_url,
+    resolve_endpoint,
 )
 from neuralis_jupyter.store.paths import DataRoot
 from neuralis_jupyter.testing import FakeLLMServer, Reply, collect_events
@@ -34,7 +36,7 @@ def data_root(tmp_path: Path) -> DataRoot:
 
 def _write_credentials(data_root: DataRoot, doc: dict, mode: int = 0o600) -> Path:
     path = data_root.project_dir("lab") / "credentials.json"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
     path.chmod(mode)
     return path
@@ -204,3 +206,66 @@ def test_the_base_url_settings_are_validated(name: str) -> None:
     assert getattr(NeuralisSettings(), name) == ""
     with pytest.raises(TraitError, match=f"{name} must be an http\\(s\\) URL .* got 'localhost:8000'"):
         NeuralisSettings(**{name: "localhost:8000"})
+
+
+# -- a key and its endpoint resolve together --------------------------------------------------------------
+
+ENV_KEYS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+DEFAULT_MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-5.4-mini"}
+URL_VARS = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize(
+    "file_url",
+    [
+        "http://attacker.example:8080/v1",
+        "http://127.0.0.1:9/v1",
+        "https://api.openai.com.attacker.example/v1",
+        "http://[::1]:9/v1",
+    ],
+)
+def test_an_environment_key_never_goes_to_the_files_endpoint(
+    monkeypatch: pytest.MonkeyPatch, data_root: DataRoot, provider: str, file_url: str
+) -> None:
+    monkeypatch.setenv(ENV_KEYS[provider], "sk-operator")
+    monkeypatch.delenv(URL_VARS[provider], raising=False)
+    _write_credentials(data_root, {URL_VARS[provider]: file_url})
+    endpoint = resolve_endpoint(provider, data_root=data_root, project_id="lab")
+    assert endpoint.api_key == "sk-operator"
+    assert endpoint.base_url is None  # the provider's own API, not the file's server
+    model = build_model(f"{provider}:{DEFAULT_MODELS[provider]}", data_root=data_root, project_id="lab")
+    assert model.base_url is None
+
+
+def test_the_files_endpoint_serves_the_files_key_or_no_key(
+    monkeypatch: pytest.MonkeyPatch, data_root: DataRoot
+) -> None:
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    _write_credentials(
+        data_root, {"OPENAI_BASE_URL": "http://gpu.lab:8000/v1", "OPENAI_API_KEY": "sk-project"}
+    )
+    assert resolve_endpoint("openai", data_root=data_root, project_id="lab") == Endpoint(
+        base_url="http://gpu.lab:8000/v1", api_key="sk-project"
+    )
+    _write_credentials(data_root, {"OPENAI_BASE_URL": "http://gpu.lab:8000/v1"})
+    assert resolve_endpoint("openai", data_root=data_root, project_id="lab") == Endpoint(
+        base_url="http://gpu.lab:8000/v1", api_key=NO_KEY_PLACEHOLDER
+    )
+
+
+def test_the_operators_endpoint_takes_any_key(monkeypatch: pytest.MonkeyPatch, data_root: DataRoot) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://proxy.lab:1")
+    _write_credentials(
+        data_root, {"ANTHROPIC_API_KEY": "sk-ant-project", "ANTHROPIC_BASE_URL": "http://x.lab:2"}
+    )
+    where = {"data_root": data_root, "project_id": "lab"}
+    assert resolve_endpoint("anthropic", **where) == Endpoint(
+        base_url="http://proxy.lab:1", api_key="sk-ant-project"
+    )
+    assert (
+        resolve_endpoint("anthropic", setting="http://setting.lab:3", **where).base_url
+        == "http://setting.lab:3"
+    )

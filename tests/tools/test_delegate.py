@@ -293,18 +293,36 @@ def test_unknown_agent_is_named_among_the_visible_ones(bench):
     assert "narrow" in text
 
 
+def by_conversation(parent, children):
+    """One model for a parent and its background children, each answered from its own script (by the
+    first user message of the conversation asking), so the order their turns interleave in changes
+    nothing. An empty script answers like an exhausted one."""
+    from neuralis_jupyter.providers.scripted import ScriptExhausted
+
+    queues = {task: list(replies) for task, replies in children.items()}
+
+    def answer(request):
+        first = request.messages[0]["content"][0]["text"]
+        queue = queues.get(first, parent)
+        if not queue:
+            raise ScriptExhausted(f"no reply scripted for {first!r}")
+        return queue.pop(0)
+
+    return ScriptedModel([answer] * (len(parent) + sum(len(r) for r in children.values()) + 1))
+
+
 def test_background_child_reports_back(bench):
     continued = []
 
-    async def cont(session, conversation, report):
+    async def cont(session, conversation, report, owed=None):
         continued.append(report)
 
-    model = ScriptedModel(
+    model = by_conversation(
         [
             Reply(calls=(Call(name="delegate", id="d1", input={"task": "slow job", "background": True}),)),
             Reply(text="parent carries on"),
-            Reply(text="background child finished"),
-        ]
+        ],
+        {"slow job": [Reply(text="background child finished")]},
     )
     target = bench.target("alice")
 
@@ -319,8 +337,7 @@ def test_background_child_reports_back(bench):
 
     async def go_and_wait():
         settled = await go()
-        runs = env.services["delegates"]
-        await asyncio.wait_for(asyncio.gather(*runs.tasks.values()), timeout=10)
+        assert await bench.drain_background(10)  # the run, and the follow-up its report starts
         return settled
 
     settled = asyncio.run(go_and_wait())
@@ -340,24 +357,24 @@ def test_a_background_child_that_fails_still_reports(bench):
 
     continued = []
 
-    async def cont(session, conversation, report):
+    async def cont(session, conversation, report, owed=None):
         continued.append(report)
 
     bench.test_env.services["continue"] = cont
-    # The parent's script covers the parent only: the child's first model call finds it exhausted.
-    model = ScriptedModel(
+    # The child's script is empty: its first model call finds it exhausted.
+    model = by_conversation(
         [
             Reply(calls=(Call(name="delegate", id="d1", input={"task": "doomed", "background": True}),)),
             Reply(text="parent carries on"),
-        ]
+        ],
+        {"doomed": []},
     )
     target = bench.target("alice")
 
     async def go():
         async with bench.turn(target, "start it", model=model) as request:
             await bench.runtime.run(request)
-        runs = bench.test_env.services["delegates"]
-        await asyncio.wait_for(asyncio.gather(*runs.tasks.values(), return_exceptions=True), timeout=10)
+        assert await bench.drain_background(10)
 
     asyncio.run(go())
     assert len(continued) == 1

@@ -44,7 +44,7 @@ def bench(tmp_path):
     bench = Workbench(NeuralisSettings(data_root=str(home)), store=store)
     bench.reports = []
 
-    async def cont(session, conversation, report):  # the host's continuation, recorded
+    async def cont(session, conversation, report, owed=None):  # the host's continuation, recorded
         bench.reports.append((session, conversation.id, report))
 
     bench.tool_env.services["continue"] = cont

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from neuralis_jupyter.config import NeuralisSettings
 from neuralis_jupyter.contracts.envelope import Envelope, Scope
+from neuralis_jupyter.policy import LiveGuard
 from neuralis_jupyter.providers.base import ModelRequest
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import StopSignal, Tool, ToolOutput, TurnRequest
@@ -205,76 +207,202 @@ def test_wait_is_intrinsic_but_forbidden_refuses_it(rig: ExecRig, scope: Scope, 
     assert rig.result("w1")["outcome"] == outcome
 
 
-# -- a background sub-agent, through the workbench's own tool set -------------------------------------
+def test_seconds_that_is_not_a_finite_positive_number_is_refused(rig: ExecRig) -> None:
+    # JSON parsers (OpenAI's json.loads among them) accept NaN, and no comparison with NaN is true:
+    # the schema's bounds let it through, and a deadline of NaN would never pass.
+    asyncio.run(rig.turn(ScriptedModel([waiting(seconds=math.nan), Reply(text="ok")])))
+    block = rig.result("w1")
+    assert (block["outcome"], block["is_error"]) == ("invalid", True)
+    assert "seconds must be a finite number above 0" in block["content"]
 
 
-def test_waiting_for_a_background_sub_agent_returns_its_report(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    bench = Workbench(NeuralisSettings(data_root=str(home)), store=Store.open(home))
-    continued: list[Any] = []
+# -- background sub-agents, through the workbench's own tool set -------------------------------------
 
-    async def cont(session: Any, conversation: Any, report: Any) -> None:
-        continued.append(report)
 
-    bench.tool_env.services["continue"] = cont
-    gate = asyncio.Event()
-
+def gate_tool(gate: asyncio.Event) -> Tool:
     async def hold(args: dict[str, Any], ctx: Any) -> ToolOutput:
         await gate.wait()  # the child stays running until the parent is waiting for it
         return ToolOutput(content="held")
 
-    gate_tool = Tool(
+    return Tool(
         name="hold", description="hold", input_schema={"type": "object"}, handler=hold, access="read",
         package_id=AGENT_CORE_ID,
     )  # fmt: skip
 
-    def wait_for_the_run(request: ModelRequest) -> Reply:
-        [result] = [b for b in request.messages[-1]["content"] if b["type"] == "tool_result"]
-        run_id = re.search(r"as run (d-[0-9a-f]+)", result["content"]).group(1)
-        return Reply(calls=(Call(name="wait", input={"for": run_id}, id="w1"),))
 
-    parent = deque(
-        [
-            lambda r: Reply(
-                calls=(Call(name="delegate", id="d1", input={"task": "CHILD", "background": True}),)
-            ),
-            wait_for_the_run,
-            lambda r: Reply(text="parent done"),
-        ]
-    )
-    child = deque(
-        [lambda r: Reply(calls=(Call(name="hold", id="h1"),)), lambda r: Reply(text="child summary")]
-    )
+def run_id_in(request: ModelRequest) -> str:
+    """The run id the last delegate call of the conversation handed back."""
+    texts = [b["content"] for m in request.messages for b in m["content"] if b.get("type") == "tool_result"]
+    return re.findall(r"as run (d-[0-9a-f]+)", "\n".join(texts))[-1]
 
-    def route(request: ModelRequest) -> Reply:
-        is_child = request.messages[0]["content"][0].get("text") == "CHILD"
-        return (child if is_child else parent).popleft()(request)
 
-    model = ScriptedModel([route] * 5)
-    target = bench.target("alice")
+def wait_for_the_run(request: ModelRequest) -> Reply:
+    return Reply(calls=(Call(name="wait", input={"for": run_id_in(request)}, id="w1"),))
 
+
+class Routed:
+    """One model for a parent and its children, each answered from its own script (by the first user
+    message of the conversation asking), so the order their turns interleave in changes nothing."""
+
+    def __init__(self, parent: list[Any], children: dict[str, list[Any]]) -> None:
+        self.queues = {"PARENT": deque(parent), **{t: deque(r) for t, r in children.items()}}
+        self.model = ScriptedModel([self.answer] * sum(len(q) for q in self.queues.values()))
+
+    def answer(self, request: ModelRequest) -> Reply:
+        first = request.messages[0]["content"][0].get("text", "")
+        entry = self.queues[first if first in self.queues else "PARENT"].popleft()
+        return entry(request) if callable(entry) else entry
+
+
+def delegating(task: str) -> Reply:
+    return Reply(calls=(Call(name="delegate", id=f"d-{task}", input={"task": task, "background": True}),))
+
+
+def on_wait(gate: asyncio.Event) -> Callable[[RuntimeEvent], None]:
     def on_event(event: RuntimeEvent) -> None:
         if isinstance(event, ToolCallStarted) and event.name == "wait":
             gate.set()
 
+    return on_event
+
+
+async def bench_turn(bench: Workbench, target: Any, model: ScriptedModel, **kw: Any) -> Any:
+    tools, on_event = kw.get("tools", []), kw.get("on_event")
+    async with bench.turn(target, "start it", model=model) as request:
+        request = replace(request, tools=request.tools.merge(tools))
+        return await asyncio.wait_for(bench.runtime.run(request, on_event=on_event), timeout=30)
+
+
+def run_ids(target: Any) -> list[str]:
+    return [p.name for p in (target.conversation.path / "delegates").iterdir()]
+
+
+def tool_results(target: Any) -> dict[str, dict[str, Any]]:
+    rows = target.conversation.read_all()
+    return {b["tool_use_id"]: b for r in rows if r["role"] == "tool" for b in r["content"]}
+
+
+def test_waiting_for_a_background_sub_agent_returns_its_report_and_no_turn_repeats_it(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    bench = Workbench(NeuralisSettings(data_root=str(home)), store=Store.open(home))
+    gate = asyncio.Event()
+    routed = Routed(
+        [delegating("CHILD"), wait_for_the_run, Reply(text="parent done")],
+        {"CHILD": [Reply(calls=(Call(name="hold", id="h1"),)), Reply(text="child summary")]},
+    )
+    target = bench.target("alice")
+
     async def go() -> Any:
         try:
-            async with bench.turn(target, "start it", model=model) as request:
-                request = replace(request, tools=request.tools.merge([gate_tool]))
-                return await asyncio.wait_for(bench.runtime.run(request, on_event=on_event), timeout=30)
+            return await bench_turn(
+                bench, target, routed.model, tools=[gate_tool(gate)], on_event=on_wait(gate)
+            )
         finally:
             await bench.drain_background(10)
             await bench.aclose()
 
     settled = asyncio.run(go())
     assert settled.status == "completed"
-    model.assert_complete()
-    results = {
-        b["tool_use_id"]: b
-        for r in target.conversation.read_all()
-        if r["role"] == "tool"
-        for b in r["content"]
-    }
-    run_id = re.search(r"as run (d-[0-9a-f]+)", results["d1"]["content"]).group(1)
+    results = tool_results(target)
+    run_id = re.search(r"as run (d-[0-9a-f]+)", results["d-CHILD"]["content"]).group(1)
     assert results["w1"]["content"].startswith(f"{run_id} has ended. Its report:\nchild summary")
-    assert len(continued) == 1  # the report still continues the conversation once the turn is over
+    # The report's follow-up turn (the host's own continuation) found the report already read by the
+    # wait, and did not ask the model again: three parent requests and two child ones, no more.
+    assert len(routed.model.requests) == 5
+    routed.model.assert_complete()
+    assert [r["role"] for r in target.conversation.read_all()].count("user") == 1
+
+
+def test_after_an_inbox_message_the_wait_is_for_the_new_turns_report(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    bench = Workbench(NeuralisSettings(data_root=str(home)), store=Store.open(home))
+    bench.tool_env.services["continue"] = None  # no follow-up turns: this test is about wait alone
+    gate = asyncio.Event()
+    first = Routed(
+        [delegating("CHILD"), Reply(text="started")],
+        {
+            "CHILD": [
+                Reply(text="first summary"),
+                Reply(calls=(Call(name="hold", id="h1"),)),
+                Reply(text="second summary"),
+            ]
+        },
+    )
+    then = Routed([wait_for_the_run, Reply(text="read it")], {})
+    target = bench.target("alice")
+
+    async def go() -> Any:
+        try:
+            await bench_turn(bench, target, first.model, tools=[gate_tool(gate)])
+            assert await bench.drain_background(10)
+            runs = bench.tool_env.services["delegates"]
+            (run_id,) = run_ids(target)
+            await runs.send(run_id, "Look once more.", target.session)
+            # The run works again, held until the wait below has begun: its first report is old news.
+            return await bench_turn(bench, target, then.model, on_event=on_wait(gate))
+        finally:
+            await bench.aclose()
+
+    assert asyncio.run(go()).status == "completed"
+    content = tool_results(target)["w1"]["content"]
+    assert "has ended. Its report:\nsecond summary" in content
+    assert "first summary" not in content
+
+
+def test_a_run_queued_for_a_free_slot_is_still_running(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    bench = Workbench(NeuralisSettings(data_root=str(home)), store=Store.open(home))
+    bench.settings.config.DelegateSettings.max_background = 1
+    bench.tool_env.services["continue"] = None
+    gate = asyncio.Event()
+    routed = Routed(
+        [delegating("B"), Reply(text="B started"), delegating("A"), Reply(text="A started")],
+        {
+            "B": [Reply(text="B first"), Reply(text="B second")],
+            "A": [Reply(calls=(Call(name="hold", id="h1"),)), Reply(text="A done")],
+        },
+    )
+    target = bench.target("alice")
+
+    async def go() -> Any:
+        try:
+            await bench_turn(bench, target, routed.model, tools=[gate_tool(gate)])
+            (b_run,) = run_ids(target)
+            assert await bench.drain_background(10)
+            await bench_turn(bench, target, routed.model, tools=[gate_tool(gate)])  # A takes the one slot
+            runs = bench.tool_env.services["delegates"]
+            await runs.send(b_run, "Once more.", target.session)
+            assert b_run in runs.working()
+            assert b_run not in runs.tasks  # queued for a free slot: no task yet
+            model = ScriptedModel([waiting(**{"for": b_run}), Reply(text="ok")])
+            return await bench_turn(bench, target, model, on_event=on_wait(gate))
+        finally:
+            await bench.aclose()
+
+    assert asyncio.run(go()).status == "completed"
+    content = tool_results(target)["w1"]["content"]
+    assert "has ended. Its report:\nB second" in content
+
+
+@needs_bwrap
+def test_a_shell_report_a_wait_returned_starts_no_second_turn(tmp_path: Path) -> None:
+    with exec_data_root(tmp_path) as root:
+        bench = Workbench(NeuralisSettings(data_root=str(root)), store=Store.open(root))
+        model = ScriptedModel([background("sleep 0.3; echo done"), wait_for_the_shell(), Reply(text="ok")])
+        target = bench.target("alice")
+
+        async def go() -> Any:
+            try:
+                async with bench.turn(target, "go", model=model, guard=LiveGuard("auto")) as request:
+                    settled = await bench.runtime.run(request)
+                assert await bench.drain_background(10)  # the shell, and the follow-up it would start
+                return settled
+            finally:
+                await bench.aclose()
+
+        assert asyncio.run(go()).status == "completed"
+        assert "exited with code 0" in tool_results(target)["w1"]["content"]
+        model.assert_complete()  # no continuation turn asked the model again
+        assert len(model.requests) == 3
