@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
+from typing import Literal
 
 from .config import NeuralisSettings, load_settings
 from .contracts.agent_access import can_open_conversation, can_read_agent
@@ -41,12 +42,13 @@ from .runtime import LIVE, AgentRuntime, ExecutionMode, StopSignal, ToolRegistry
 from .runtime.context import ToolTape
 from .runtime.events import BackgroundReport, RuntimeEvent
 from .runtime.loop import new_request_id
-from .store import NotFound, Store
+from .store import AlreadyExists, NotFound, Store
 from .store.agents import AgentRecord
 from .store.conversations import Conversation
 from .store.interactions import GuardOverrideStore
 from .store.projects import DEFAULT_PROJECT_ID, Project, local_user_id
 from .tools import ToolEnvironment, compact, native_handlers, todos
+from .tools.environment import Answerer, answering
 from .tools.wait import SeenReports
 
 __all__ = ["AgentNotVisible", "ChatTarget", "Workbench"]
@@ -105,9 +107,12 @@ class Workbench:
                 raise AgentNotVisible(wanted) from None
             owner = SessionContext(user_id=project.owner_id, project_id=project.id)
             provisioner = create_system_session("bootstrap", "agent-core", owner)
-            record = self.store.agents.create(
-                provisioner, name=wanted.replace("-", " ").title(), agent_id=wanted
-            )
+            try:
+                record = self.store.agents.create(
+                    provisioner, name=wanted.replace("-", " ").title(), agent_id=wanted
+                )
+            except AlreadyExists:  # another turn or process provisioned it first: use theirs
+                record = self.store.agents.get(session.project_id, wanted)
         if record.id != default_id and not can_read_agent(session, record.id, created_by=record.created_by):
             raise AgentNotVisible(record.id)
         return record
@@ -311,6 +316,7 @@ class Workbench:
         model: Model,
         guard: LiveGuard | None = None,
         approver: Approver | None = None,
+        answerer: Answerer | Literal["host"] | None = "host",
         mode: ExecutionMode = LIVE,
         stop: StopSignal | None = None,
         tape: ToolTape | None = None,
@@ -319,12 +325,13 @@ class Workbench:
         """A ready turn. It holds the conversation (one turn at a time), and its stream scope is live
         while the block runs, so session tickets minted for it verify; leaving the block ends the scope
         and every ticket with it. ``on_event`` is remembered for the continuation of background
-        reports in this conversation."""
+        reports in this conversation. ``answerer`` answers this turn's questions (``None``: nobody;
+        "host": ``tool_env.answerer``), so that turns running at once each ask their own cell."""
         session = target.session.replace(request_id=new_request_id())
         target = replace(target, session=session)
         live = guard or LiveGuard(self.guard_profile(target))
         self._last_turns[target.conversation.id] = _TurnSetup(
-            model=model, guard=live, approver=approver, tape=tape, on_event=on_event
+            model=model, guard=live, approver=approver, answerer=answerer, tape=tape, on_event=on_event
         )
 
         def setup() -> tuple[PolicyEngine, ToolRegistry, AssembledPrompt]:
@@ -336,22 +343,24 @@ class Workbench:
             engine, tools, prompt = await asyncio.to_thread(setup)
             history = await compact.history_transform(target.conversation)
             await asyncio.to_thread(self.store.tickets.open_stream, session)
+            questions = contextlib.nullcontext() if answerer == "host" else answering(answerer)
             try:
-                yield TurnRequest(
-                    session=session,
-                    conversation=target.conversation,
-                    model=model,
-                    tools=tools,
-                    message=message,
-                    mode=mode,
-                    prompt=prompt,
-                    permission=engine,
-                    policy=engine,
-                    stop=stop or self.stop_signal(target),
-                    tape=tape,
-                    history=history,
-                    step_ceiling=todos.step_ceiling(target.conversation),
-                )
+                with questions:
+                    yield TurnRequest(
+                        session=session,
+                        conversation=target.conversation,
+                        model=model,
+                        tools=tools,
+                        message=message,
+                        mode=mode,
+                        prompt=prompt,
+                        permission=engine,
+                        policy=engine,
+                        stop=stop or self.stop_signal(target),
+                        tape=tape,
+                        history=history,
+                        step_ceiling=todos.step_ceiling(target.conversation),
+                    )
             finally:
                 await asyncio.to_thread(self.store.tickets.end_stream, session.request_id)
 
@@ -398,6 +407,7 @@ class Workbench:
             model=setup.model,
             guard=setup.guard,
             approver=setup.approver,
+            answerer=setup.answerer,
             tape=setup.tape,
             on_event=setup.on_event,
         ) as request:
@@ -442,5 +452,6 @@ class _TurnSetup:
     model: Model
     guard: LiveGuard
     approver: Approver | None
+    answerer: Answerer | Literal["host"] | None
     tape: ToolTape | None
     on_event: Callable[[RuntimeEvent], None] | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -63,3 +64,20 @@ def test_other_agents_follow_agent_access(bench):
     assert bench.target("vic", project_id="lab", agent_id="bob-s-helper").agent.id == "bob-s-helper"  # view
     with pytest.raises(AgentNotVisible):
         bench.target("carol", project_id="lab", agent_id="ghost")
+
+
+def test_turns_that_start_at_once_share_one_provisioned_default_agent(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    bench = Workbench(store=Store.open(tmp_path / "home"))
+    barrier = threading.Barrier(8)
+
+    def first_touch(_):
+        barrier.wait()
+        return bench.target("alice").agent.id
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(first_touch, range(8)))
+    assert len(set(ids)) == 1
+    agents = bench.store.data_root.agent_dir("default", ids[0]).parent
+    assert [p.name for p in agents.iterdir()] == [ids[0]]  # no half-built .tmp- folder left behind

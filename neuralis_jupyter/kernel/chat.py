@@ -181,9 +181,9 @@ class ChatController:
         if self.headless:  # answers given to `neuralis run --answer` or recorded, else the guard decides
             from .headless import headless_answerers
 
-            approver, bench.tool_env.answerer = headless_answerers(cassette)
+            approver, answerer = headless_answerers(cassette)
         else:
-            approver, bench.tool_env.answerer = display, _Answerer(display)
+            approver, answerer = display, _Answerer(display)
         from .notebook_tools import CodeRunner, notebook_tools
 
         settled: TurnSettled | None = None
@@ -193,6 +193,7 @@ class ChatController:
             model=model,
             guard=self.guard,
             approver=approver,
+            answerer=answerer,
             tape=cassette,
             on_event=display.handle,
         ) as request:

@@ -9,6 +9,7 @@ then by name.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -205,7 +206,12 @@ class AgentStore:
         try:
             self._write_identity(tmp / IDENTITY_DIR, record, session)
             write_json_atomic(tmp / AGENT_FILE, record.to_json())
-            tmp.rename(final)
+            try:
+                tmp.rename(final)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):  # provisioned at the same moment
+                    raise AlreadyExists("agent", agent_id) from None
+                raise
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -15,7 +15,7 @@ from traitlets import Float, TraitError, validate
 from traitlets.config import Configurable
 
 from ..runtime import ToolContext, ToolOutput
-from .environment import ToolEnvironment
+from .environment import ToolEnvironment, turn_answerer
 
 __all__ = ["AskSettings", "handlers"]
 
@@ -65,7 +65,8 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
         if problem:
             return ToolOutput(content=f"Invalid question: {problem}.", is_error=True, outcome="invalid")
         defaults = _defaults(args)
-        if env.answerer is None:
+        answerer = turn_answerer(env)
+        if answerer is None:
             if defaults:
                 return ToolOutput(
                     content=(
@@ -84,7 +85,7 @@ def handlers(env: ToolEnvironment) -> dict[str, Any]:
             )
         try:
             answer = await asyncio.wait_for(
-                env.answerer.ask(
+                answerer.ask(
                     question=args["question"],
                     options=list(args.get("options") or []),
                     multiple=bool(args.get("multiple")),

@@ -8,8 +8,11 @@ its settings in its own traitlets ``Configurable`` (``c.ExecuteSettings.timeout 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from traitlets.config import Config
 
@@ -42,3 +45,24 @@ class ToolEnvironment:
     answerer: Answerer | None = None
     #: Host services shared by tools, by name (e.g. "shells" for the background shell manager).
     services: dict[str, Any] = field(default_factory=dict)
+
+
+#: The answerer of the turn running in this context: set by ``Workbench.turn(answerer=...)`` so that two
+#: turns running at once (a kernel's subshells) each ask their own cell. "unset": ``env.answerer``.
+_TURN_ANSWERER: ContextVar[Answerer | Literal["unset"] | None] = ContextVar("turn_answerer", default="unset")
+
+
+def turn_answerer(env: ToolEnvironment) -> Answerer | None:
+    """Who answers a question asked in the current turn (``None``: nobody, a headless run)."""
+    answerer = _TURN_ANSWERER.get()
+    return env.answerer if answerer == "unset" else answerer
+
+
+@contextlib.contextmanager
+def answering(answerer: Answerer | None) -> Iterator[None]:
+    """Within the block (and the tasks it starts), questions go to ``answerer``."""
+    token = _TURN_ANSWERER.set(answerer)
+    try:
+        yield
+    finally:
+        _TURN_ANSWERER.reset(token)

@@ -96,3 +96,46 @@ def test_malformed_questions(tmp_path, args, fragment):
     block, _ = run_question(tmp_path, args, Answerer(["stg"]))
     assert block["outcome"] == "invalid"
     assert fragment in block["content"]
+
+
+def test_turns_running_at_once_each_ask_their_own_answerer(tmp_path):
+    home = tmp_path / "home"
+    bench = Workbench(NeuralisSettings(data_root=str(home)), store=Store.open(home))
+    first, second = Answerer(["stg"], delay=0.2), Answerer(["prod"])
+    asking = {"question": "Where?", "options": OPTIONS}
+
+    async def turn(answerer, message):
+        target = await asyncio.to_thread(bench.target, "alice")  # each its own new conversation
+        model = ScriptedModel(
+            [Reply(calls=(Call(name="ask_question", id="q1", input=asking),)), Reply(text="ok")]
+        )
+        async with bench.turn(target, message, model=model, answerer=answerer) as request:
+            await bench.runtime.run(request)
+        return next(b for r in target.conversation.read_all() if r["role"] == "tool" for b in r["content"])
+
+    async def both():
+        return await asyncio.gather(turn(first, "one"), turn(second, "two"))
+
+    one, two = asyncio.run(both())
+    assert (len(first.asked), len(second.asked)) == (1, 1)
+    assert one["content"] == "The user chose: stg (Staging)."
+    assert two["content"] == "The user chose: prod (Production)."
+
+
+def test_a_turn_with_nobody_to_answer_refuses_even_if_the_host_has_an_answerer(tmp_path):
+    home = tmp_path / "home"
+    bench = Workbench(NeuralisSettings(data_root=str(home)), store=Store.open(home))
+    host = Answerer(["prod"])
+    bench.tool_env.answerer = host
+    target = bench.target("alice")
+    ask = {"question": "Where?", "options": OPTIONS}
+    model = ScriptedModel([Reply(calls=(Call(name="ask_question", id="q1", input=ask),)), Reply(text="ok")])
+
+    async def go():
+        async with bench.turn(target, "headless", model=model, answerer=None) as request:
+            await bench.runtime.run(request)
+
+    asyncio.run(go())
+    block = next(b for r in target.conversation.read_all() if r["role"] == "tool" for b in r["content"])
+    assert block["outcome"] == "refused"
+    assert host.asked == []
