@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -54,6 +55,8 @@ from .tools.wait import SeenReports
 __all__ = ["AgentNotVisible", "ChatTarget", "Workbench"]
 
 log = logging.getLogger(__name__)
+#: Seconds between two tries at a conversation another event loop is running a turn in.
+_GATE_POLL = 0.02
 
 #: The order in which providers are tried when nothing names a model.
 MODEL_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai")
@@ -84,6 +87,12 @@ class Workbench:
         self.store = store or Store(self.settings)
         self.catalog: Catalog = load_catalog(self.settings.catalog_path or None)
         self.runtime = AgentRuntime(self.store, catalog=self.catalog, max_steps=self.settings.max_agent_steps)
+        # Turns may run on several threads' event loops at once (a kernel's subshells): see _hold.
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._gates: dict[str, threading.Lock] = {}
+        self._gates_guard = threading.Lock()
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -293,15 +302,26 @@ class Workbench:
             sections=[todos.session_section(target.conversation)],
         )
 
-    def _lock(self, conversation_id: str) -> asyncio.Lock:
-        """One turn at a time per conversation (in this process); a report's continuation waits."""
-        loop = asyncio.get_running_loop()
-        locks = self._locks.setdefault(loop, {})
-        return locks.setdefault(conversation_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _hold(self, conversation_id: str) -> AsyncIterator[None]:
+        """One turn at a time per conversation in this process; a report's continuation waits.
 
-    @cached_property
-    def _locks(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]]:
-        return weakref.WeakKeyDictionary()
+        Turns may run on several event loops at once (a kernel's subshells each have their own), so
+        the asyncio lock (fair, per loop) is backed by one thread lock per conversation, taken without
+        blocking the loop; polling keeps a cancelled wait from acquiring it after it gave up."""
+        loop = asyncio.get_running_loop()
+        with self._gates_guard:
+            local = self._locks.setdefault(loop, {}).setdefault(conversation_id, asyncio.Lock())
+            gate = self._gates.setdefault(conversation_id, threading.Lock())
+        async with local:
+            while True:
+                if gate.acquire(blocking=False):
+                    break
+                await asyncio.sleep(_GATE_POLL)
+            try:
+                yield
+            finally:
+                gate.release()
 
     @cached_property
     def _last_turns(self) -> dict[str, _TurnSetup]:
@@ -339,7 +359,7 @@ class Workbench:
             engine, source = self.policy(target, guard=live, approver=approver)
             return engine, self.tools(target), self.prompt(target, source)
 
-        async with self._lock(target.conversation.id):
+        async with self._hold(target.conversation.id):
             engine, tools, prompt = await asyncio.to_thread(setup)
             history = await compact.history_transform(target.conversation)
             await asyncio.to_thread(self.store.tickets.open_stream, session)

@@ -112,3 +112,43 @@ def test_compaction_is_reapplied_on_the_next_turn(bench):
     }
     assert shown["p1"].startswith("[removed by compact_history:")
     assert (target.conversation.path / "messages.jsonl").read_bytes().startswith(jsonl)
+
+
+def test_turns_of_one_conversation_on_two_event_loops_take_turns(bench):
+    """A kernel's subshells run turns on their own threads' loops: one conversation still runs one turn
+    at a time."""
+    import threading
+
+    target = bench.target("alice")
+    events: list[str] = []
+    inside = threading.Event()
+
+    def slow(name):
+        def reply(request):
+            events.append(f"in:{name}")
+            inside.set()
+            threading.Event().wait(0.3)  # the model takes a while; the other turn must not start meanwhile
+            events.append(f"out:{name}")
+            return Reply(text=name)
+
+        return reply
+
+    def run_in_own_loop(name):
+        model = ScriptedModel([slow(name)])
+
+        async def go():
+            async with bench.turn(target, f"hello from {name}", model=model) as request:
+                await bench.runtime.run(request)
+
+        asyncio.run(go())
+
+    first = threading.Thread(target=run_in_own_loop, args=("a",))
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=run_in_own_loop, args=("b",))
+    second.start()
+    first.join(20)
+    second.join(20)
+    assert events == ["in:a", "out:a", "in:b", "out:b"]
+    users = [r for r in target.conversation.read_all() if r["role"] == "user"]
+    assert len(users) == 2

@@ -197,6 +197,7 @@ class ChatController:
             tape=cassette,
             on_event=display.handle,
         ) as request:
+            _bind_background_runs(bench)
             runner = CodeRunner(poll=self._stop_poll(target))
             request = replace(request, tools=request.tools.merge(notebook_tools(self.shell, runner)))
             # The turn keeps its own ids: a %conversation or %agent while it runs points the next turn
@@ -365,3 +366,13 @@ def _demo_model() -> Model:
     if path not in _demo_models:
         _demo_models[path] = ScriptedModel(load_script(path))
     return _demo_models[path]
+
+
+def _bind_background_runs(bench: Workbench) -> None:
+    """Background sub-agent runs live on the kernel's main loop, which outlives every subshell's: a
+    run started from a subshell turn would otherwise die with that subshell's loop."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    runs = bench.tool_env.services.get("delegates")
+    if runs is not None:
+        runs.bind(asyncio.get_running_loop())

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -122,14 +121,21 @@ class NeuralisMagics(Magics):
         run_id, _, text = line.strip().partition(" ")
         if not run_id:
             return _undelivered(target)
+        if _agent_code_running(controller):
+            from ..runtime.inbox_errors import InboxHopsExceeded
+
+            # The kernel's session is the user's, and an agent's python call runs as the kernel: from
+            # there, %inbox would let an agent message sub-agents (its own among them) as the user.
+            raise InboxHopsExceeded(
+                run_id,
+                "an agent's code cannot message sub-agents; only the user can: an agent's python call "
+                "is running in this kernel. Send it from a cell of your own once the call has ended",
+            )
         runs = _delegates(controller.bench)
         runs.recover(target.conversation)  # a run started before a restart: refused with its reason
-        loop = runs.loop
-        if loop is not None and loop.is_running() and _running_loop() is not loop:
-            # A subshell's thread: the runs live on the main shell's loop, which is free to take it.
-            queued = asyncio.run_coroutine_threadsafe(runs.send(run_id, text, target.session), loop).result()
-        else:
-            queued = runs.send_now(run_id, text, target.session)
+        # Accepted and written here, on this thread; the run's loop (the main shell's, which a python
+        # cell may be blocking) takes the message when it is free: a subshell's %inbox never waits.
+        queued = runs.send_now(run_id, text, target.session)
         return (
             f"queued {queued['id']} for run {run_id}: it arrives when the run's current turn ends, "
             "and the run reports here again"
@@ -165,17 +171,20 @@ def _undelivered(target: ChatTarget) -> str:
     return "\n".join(["undelivered messages (run, id, sender, queued at, text):", *lines])
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+def _agent_code_running(controller: ChatController) -> bool:
+    """Whether a turn's ``python`` call runs in this kernel (on any shell's thread)."""
+    with controller._turns_lock:
+        turns = list(controller._turns)
+    return any(turn.runner.running for turn in turns)
 
 
 def inbox_transformer(lines: list[str]) -> list[str]:
     """``%inbox`` lines as plain magic calls, so that a message ending in ``?`` is sent rather than
-    taken by IPython for a help request. A cell magic's body is its own and is left alone."""
+    taken by IPython for a help request. Only a cell of line magics is rewritten: in any other cell a
+    line that reads ``%inbox`` may sit inside a string, and a cell magic's body is its own."""
     if not lines or lines[0].lstrip().startswith("%%"):
+        return lines
+    if not all(line.lstrip().startswith("%") for line in lines if line.strip()):
         return lines
     out = []
     for line in lines:

@@ -105,6 +105,8 @@ class CodeRunner:
         self._lock = threading.Lock()
         self._running = False
         self._signalled = False
+        # Calls of ``run`` not yet returned, on whichever thread (``_running`` is the main thread's).
+        self._calls = 0
         #: Why the running code was asked to stop (the first reason wins); ``None`` for a plain SIGINT.
         self.reason: str | None = None
 
@@ -119,7 +121,19 @@ class CodeRunner:
             signal.pthread_kill(main, signal.SIGINT)
         return True
 
+    @property
+    def running(self) -> bool:
+        """Whether the agent's code runs now (on any thread): what it calls runs as the agent."""
+        return self._calls > 0
+
     def run(self, code: str, namespace: dict[str, Any]) -> tuple[str, Ran]:
+        self._calls += 1
+        try:
+            return self._run(code, namespace)
+        finally:
+            self._calls -= 1
+
+    def _run(self, code: str, namespace: dict[str, Any]) -> tuple[str, Ran]:
         if threading.current_thread() is not threading.main_thread():
             return run_python(code, namespace)  # a subshell's turn: signals reach only the main thread
         self._signalled, self.reason = False, None

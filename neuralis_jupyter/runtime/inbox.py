@@ -35,22 +35,25 @@ finds a parent's runs on disk so that their undelivered messages are listed agai
 take another turn (its tools, prompt and model were its starting turn's and are not kept), so a message
 to it is refused: delegate the task again, pointing at the old transcript.
 
+One event loop runs every task of the registry: the first that uses it (a kernel's main loop, which
+outlives its subshells'). ``start``, ``send`` and a wake from another thread (a subshell's turn, its
+``%inbox``) decide at once, under the registry's lock, and hand the task over to that loop; ``pending``
+answers futures of the caller's loop. A run whose loop closed under it (its thread ended) holds no slot.
+
 The errors, each with the ``code`` the server maps to HTTP, are in :mod:`.inbox_errors`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
+import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 from ..contracts.agent_access import can_open_conversation
 from ..contracts.identity import SessionContext, SystemSession
@@ -63,10 +66,22 @@ from .inbox_errors import (
     InboxError,
     InboxForbidden,
     InboxFull,
+    InboxHopsExceeded,
     InboxMessageInvalid,
     InboxRateLimited,
     InboxRunNotResumable,
     InboxToSelf,
+)
+from .inbox_wire import (
+    INBOX_FILE,
+    Delivery,
+    DetachedRun,
+    InboxMessage,
+    InboxSender,
+    Queued,
+    RunReport,
+    append_line,
+    read_undelivered,
 )
 from .subagents import child_conversation
 
@@ -81,6 +96,7 @@ __all__ = [
     "InboxError",
     "InboxForbidden",
     "InboxFull",
+    "InboxHopsExceeded",
     "InboxMessage",
     "InboxMessageInvalid",
     "InboxRateLimited",
@@ -94,102 +110,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-INBOX_FILE = "inbox.jsonl"
-Delivery = Literal["settle", "immediate"]
 _MINUTE = 60.0
-
-
-# -- wire shapes ----------------------------------------------------------------------------------
-
-
-class InboxSender(TypedDict):
-    userId: str
-    agentId: str | None
-    conversationId: str | None
-
-
-#: One queued message. ``from`` is always the sending session, never anything the caller wrote.
-InboxMessage = TypedDict(
-    "InboxMessage",
-    {"id": str, "runId": str, "text": str, "delivery": Delivery, "from": InboxSender, "queuedAt": str},
-)
-
-
-class Queued(TypedDict):
-    queued: Literal[True]
-    id: str
-
-
-# -- the inbox file -------------------------------------------------------------------------------
-
-
-def _append_line(path: Path, entry: dict[str, Any]) -> None:
-    # One write of one line in append mode: lines from concurrent writers never interleave.
-    data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def read_undelivered(directory: Path) -> list[InboxMessage]:
-    """The messages queued for the run whose conversation is ``directory`` and not yet delivered,
-    oldest first. Reads only the file, so it answers after a restart too."""
-    queued: dict[str, InboxMessage] = {}
-    delivered: set[str] = set()
-    try:
-        with open(directory / INBOX_FILE, encoding="utf-8") as fh:
-            lines = fh.readlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        if not line.endswith("\n"):
-            continue  # a write cut short by a crash: its send never answered
-        entry = json.loads(line)
-        if entry.get("op") == "queued":
-            queued[entry["message"]["id"]] = entry["message"]
-        elif entry.get("op") == "delivered":
-            delivered.add(entry["id"])
-    return [m for key, m in queued.items() if key not in delivered]
-
-
-# -- the runs -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunReport:
-    """What one turn of a run reports to its parent."""
-
-    run_id: str
-    #: 1 for the first turn, one more for each inbox turn.
-    turn: int
-    text: str
-    #: The sender whose messages the turn answered; ``None`` for the first turn.
-    sender: SessionContext | None = None
-    inbox_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class DetachedRun:
-    """One background run as its starter (``delegate``) hands it over. The turn callables never raise
-    for a failed turn: they answer the report text that says so."""
-
-    run_id: str
-    #: The run's own conversation (its ``inbox.jsonl`` lives beside ``messages.jsonl``).
-    conversation: Conversation
-    #: Who may message the run: sessions of this project that may open a conversation of this owner.
-    project_id: str
-    parent_owner: str
-    #: The run's first turn; answers the report text.
-    first: Callable[[], Awaitable[str]]
-    #: One more turn of the run's conversation as the given sender; answers the report text.
-    resume: Callable[[SessionContext], Awaitable[str]]
-    #: Write the report's row in the parent conversation (the run's task awaits it).
-    report: Callable[[RunReport], Awaitable[None]]
-    #: The parent's turn that answers a report, run as a task of its own once its row is written.
-    follow_up: Callable[[RunReport], Coroutine[Any, Any, None]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,8 +136,8 @@ class _Run:
     reported: int = 0
 
     def take(self) -> list[_Queued]:
-        """The next batch: the oldest messages from one sender. Empty makes the run idle; nothing
-        awaits between the check and the flag, so a message sent meanwhile is never stranded."""
+        """The next batch: the oldest messages from one sender. Empty makes the run idle. The caller
+        holds the registry's lock, under which every send appends: a message is never stranded."""
         if not self.pending:
             self.busy = False
             return []
@@ -229,7 +150,7 @@ class _Run:
 
 
 def _write_queued(run: _Run, queued: _Queued) -> None:
-    _append_line(run.conversation.path / INBOX_FILE, {"op": "queued", "message": queued.message})
+    append_line(run.conversation.path / INBOX_FILE, {"op": "queued", "message": queued.message})
 
 
 def _sender_key(session: SessionContext) -> tuple[str, str, str | None]:
@@ -261,33 +182,50 @@ class BackgroundDelegates:
         self.retry_delay = retry_delay
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.follow_ups: set[asyncio.Task[None]] = set()
+        #: The loop every task runs on (see the module docstring); ``None`` until the first start.
         self.loop: asyncio.AbstractEventLoop | None = None
+        # Sends and starts come from any thread: what they share with the loop's thread is under it.
+        self._lock = threading.Lock()
+        #: The runs holding one of ``limit`` slots: their task runs, or is handed to the loop.
+        self._slots: set[str] = set()
         self._runs: dict[str, _Run] = {}
         self._waiting: deque[str] = deque()
         self._sent: dict[tuple[str, str, str | None], deque[float]] = {}
         self._recovered: set[Path] = set()
         self._closing = False
 
+    def bind(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.AbstractEventLoop:
+        """The loop every task runs on: ``loop`` (else the running one) unless one is bound already."""
+        self._reap()
+        with self._lock:
+            if self.loop is None:
+                self.loop = loop or asyncio.get_running_loop()
+            return self.loop
+
     def start(self, run: DetachedRun) -> None:
-        """Start ``run``'s first turn now; :class:`BackgroundLimitReached` when ``limit`` runs work."""
-        if self._closing:
-            raise BackgroundLimitReached("this process is shutting down; start the sub-agent again later")
-        if len(self.tasks) >= self.limit:
-            raise BackgroundLimitReached(
-                f"{self.limit} background sub-agents are already running; wait for one to report "
-                "or raise c.DelegateSettings.max_background"
+        """Start ``run``'s first turn now; :class:`BackgroundLimitReached` when ``limit`` runs work.
+        From any thread: the first turn runs on the registry's loop."""
+        self.bind()
+        with self._lock:
+            if self._closing:
+                raise BackgroundLimitReached("this process is shutting down; start the sub-agent again later")
+            if len(self._slots) >= self.limit:
+                raise BackgroundLimitReached(
+                    f"{self.limit} background sub-agents are already running; wait for one to report "
+                    "or raise c.DelegateSettings.max_background"
+                )
+            self._prune()
+            state = _Run(
+                run_id=run.run_id,
+                conversation=run.conversation,
+                project_id=run.project_id,
+                parent_owner=run.parent_owner,
+                spec=run,
+                busy=True,
             )
-        self._prune()
-        state = _Run(
-            run_id=run.run_id,
-            conversation=run.conversation,
-            project_id=run.project_id,
-            parent_owner=run.parent_owner,
-            spec=run,
-            busy=True,
-        )
-        self._runs[run.run_id] = state
-        self._launch(state, first=True)
+            self._runs[run.run_id] = state
+            self._slots.add(run.run_id)
+        self._spawn(state, first=True)
 
     # -- the runtime functions (the server exposes them as routes) --------------------------------
 
@@ -302,8 +240,9 @@ class BackgroundDelegates:
         return self._queued(run, queued)
 
     def send_now(self, run_id: str, text: str, session: SessionContext, delivery: str = "settle") -> Queued:
-        """``send`` for a caller on the event loop's thread that cannot await (a kernel's line magic):
-        the same rules, with the one line written in this thread."""
+        """``send`` for a caller that cannot await (a kernel's line magic, on any thread): the same
+        rules, with the one line written in this thread; it never waits for the registry's loop, which
+        takes the message when it is free."""
         run, queued = self._accept(run_id, text, session, delivery)
         try:
             _write_queued(run, queued)
@@ -325,47 +264,95 @@ class BackgroundDelegates:
         if parent.path in self._recovered or not base.is_dir():
             return []
         meta = parent.read_meta()
-        found = [
-            d.name for d in sorted(base.iterdir()) if d.name not in self._runs and (d / "meta.json").is_file()
-        ]
-        for run_id in found:
-            self._runs[run_id] = _Run(
-                run_id=run_id,
-                conversation=child_conversation(parent, run_id),
-                project_id=meta["project_id"],
-                parent_owner=meta["user_id"],
-                spec=None,
-            )
-        self._recovered.add(parent.path)
+        on_disk = [d.name for d in sorted(base.iterdir()) if (d / "meta.json").is_file()]
+        with self._lock:
+            found = [run_id for run_id in on_disk if run_id not in self._runs]
+            for run_id in found:
+                self._runs[run_id] = _Run(
+                    run_id=run_id,
+                    conversation=child_conversation(parent, run_id),
+                    project_id=meta["project_id"],
+                    parent_owner=meta["user_id"],
+                    spec=None,
+                )
+            self._recovered.add(parent.path)
         return found
 
     def is_working(self, run_id: str) -> bool:
         """Whether a turn of ``run_id`` runs or waits to run (False for an unknown run)."""
-        run = self._runs.get(run_id)
-        return run is not None and run.busy
+        self._reap()
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run is not None and run.busy
 
     def working(self) -> dict[str, int]:
         """The runs with a turn running or waiting to run, each with the number of the turn whose
         report is owed: an earlier report of the run is not the one a waiter waits for."""
-        return {k: r.reported + 1 for k, r in list(self._runs.items()) if r.busy}
+        self._reap()
+        with self._lock:
+            return {k: r.reported + 1 for k, r in self._runs.items() if r.busy}
 
-    def pending(self) -> list[asyncio.Task[None]]:
+    def pending(self) -> list[asyncio.Future[None]]:
         """The tasks a host that drains must wait for: working runs and follow-up turns, each until its
-        end is handled (a run that breaks hands its waiting messages to a new task then)."""
-        return [*self.tasks.values(), *self.follow_ups]
+        end is handled (a run that breaks hands its waiting messages to a new task then). Called on
+        another loop than the registry's, a future of that loop stands for each."""
+        self._reap()
+        with self._lock:
+            loop, tasks = self.loop, [*self.tasks.values(), *self.follow_ups]
+        caller = _running_loop()
+        if not tasks or loop is None or caller is None or caller is loop:
+            return list(tasks)
+        return [asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_ended(t), loop)) for t in tasks]
 
     async def aclose(self) -> None:
-        """Cancel every working run and follow-up turn; undelivered messages stay in their files."""
-        self._closing = True
-        self._waiting.clear()
-        tasks = self.pending()
+        """Cancel every working run and follow-up turn; undelivered messages stay in their files.
+        From any loop: the cancelling happens on the registry's."""
+        with self._lock:
+            self._closing = True
+            self._waiting.clear()
+            loop = self.loop
+        if loop is None or loop is _running_loop():
+            await self._cancel_all()
+        elif loop.is_running():
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._cancel_all(), loop))
+        else:  # stopped or closed: nothing there runs again, and nothing can be awaited
+            self._forget_tasks()
+
+    async def _cancel_all(self) -> None:
+        with self._lock:
+            tasks = [*self.tasks.values(), *self.follow_ups]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _reap(self) -> None:
+        """Forget the tasks of a loop that closed under them (a subshell's, whose thread ended): they
+        never run again, so they hold no slot and no run is working; the next start binds anew."""
+        loop = self.loop
+        if loop is not None and loop.is_closed():
+            log.warning("the event loop of the background sub-agents closed; their runs ended with it")
+            self._forget_tasks()
+            with self._lock:
+                self.loop = None
+
+    def _forget_tasks(self) -> None:
+        with self._lock:
+            self.tasks.clear()
+            self.follow_ups.clear()
+            self._slots.clear()
+            self._waiting.clear()
+            for run in self._runs.values():
+                run.busy = False  # a message sent later wakes it (its waiting ones with it)
+
     # -- sending ----------------------------------------------------------------------------------
 
     def _accept(self, run_id: str, text: str, session: SessionContext, delivery: str) -> tuple[_Run, _Queued]:
+        with self._lock:  # the bounds below hold across threads: checked and counted in one step
+            return self._accept_locked(run_id, text, session, delivery)
+
+    def _accept_locked(
+        self, run_id: str, text: str, session: SessionContext, delivery: str
+    ) -> tuple[_Run, _Queued]:
         run = self._visible(run_id, session)
         if delivery == "immediate":
             raise InboxDeliveryUnsupported(
@@ -428,17 +415,21 @@ class BackgroundDelegates:
         return run, queued
 
     def _withdraw(self, run: _Run, queued: _Queued) -> None:
-        if queued in run.pending:
-            run.pending.remove(queued)
-        sent = self._sent.get(_sender_key(queued.session))
-        if sent:
-            sent.pop()
+        with self._lock:
+            if queued in run.pending:
+                run.pending.remove(queued)
+            sent = self._sent.get(_sender_key(queued.session))
+            if sent:
+                sent.pop()
 
     def _queued(self, run: _Run, queued: _Queued) -> Queued:
         key = queued.message["id"]
         log.info("inbox message %s queued for run %s by %s", key, run.run_id, queued.session.user_id)
-        if not run.busy and not self._closing:
-            self._wake(run)
+        self._reap()
+        with self._lock:
+            launch = not run.busy and not self._closing and self._wake(run)
+        if launch:
+            self._spawn(run, first=False)
         return {"queued": True, "id": key}
 
     # -- one run's life ---------------------------------------------------------------------------
@@ -463,34 +454,68 @@ class BackgroundDelegates:
             )
         return run
 
-    def _wake(self, run: _Run) -> None:
+    def _wake(self, run: _Run) -> bool:
+        """Under the lock: mark ``run`` busy and take it a slot; whether the caller spawns its task."""
         run.busy = True
-        if len(self.tasks) < self.limit:
-            self._launch(run, first=False)
-        else:
-            self._waiting.append(run.run_id)
+        if len(self._slots) < self.limit:
+            self._slots.add(run.run_id)
+            return True
+        self._waiting.append(run.run_id)
+        return False
 
-    def _launch(self, run: _Run, *, first: bool) -> None:
+    def _spawn(self, run: _Run, *, first: bool) -> None:
+        """Start the task of ``run`` (its slot taken) on the registry's loop, from any thread."""
+        loop = self.loop
+        if loop is not None and loop is _running_loop():
+            self._launch(run, first=first)
+            return
+        try:
+            if loop is None:
+                raise RuntimeError("no event loop is bound")
+            loop.call_soon_threadsafe(self._launch, run, first)
+        except RuntimeError:  # the loop closed meanwhile: the next call finds it closed and rebinds
+            log.warning("background sub-agent %s could not start: its event loop is gone", run.run_id)
+            with self._lock:
+                self._slots.discard(run.run_id)
+                run.busy = False
+
+    def _launch(self, run: _Run, first: bool) -> None:
+        """On the registry's loop: the task of ``run``, whose slot is taken."""
         run_id = run.run_id
-        self.loop = asyncio.get_running_loop()
-        task = self.loop.create_task(self._life(run, first=first), name=f"background sub-agent {run_id}")
-        self.tasks[run_id] = task
+        with self._lock:
+            if self._closing:  # handed over before aclose, arrived after it
+                self._slots.discard(run_id)
+                run.busy = False
+                return
+        task = asyncio.get_running_loop().create_task(
+            self._life(run, first=first), name=f"background sub-agent {run_id}"
+        )
+        with self._lock:
+            self.tasks[run_id] = task
         task.add_done_callback(lambda t: self._done(run, t))
 
     def _done(self, run: _Run, task: asyncio.Task[None]) -> None:
-        if self.tasks.get(run.run_id) is task:
-            del self.tasks[run.run_id]
-        failed = not task.cancelled() and task.exception() is not None
-        if failed:
-            log.error("background sub-agent %s failed", run.run_id, exc_info=task.exception())
-            if run.pending and not run.busy and not self._closing:
-                # Accepted messages are never stranded: the run takes them (every batch it takes
-                # is used up, so this cannot loop without progress).
-                self._wake(run)
-        while self._waiting and len(self.tasks) < self.limit and not self._closing:
-            waiting = self._runs.get(self._waiting.popleft())
-            if waiting is not None:
-                self._launch(waiting, first=False)
+        launch: list[_Run] = []
+        with self._lock:
+            if self.tasks.get(run.run_id) is task:
+                del self.tasks[run.run_id]
+                self._slots.discard(run.run_id)
+            failed = not task.cancelled() and task.exception() is not None
+            if failed or task.cancelled():
+                run.busy = False  # nothing runs its turns now
+            if failed:
+                log.error("background sub-agent %s failed", run.run_id, exc_info=task.exception())
+                if run.pending and not self._closing and self._wake(run):
+                    # Accepted messages are never stranded: the run takes them (every batch it takes
+                    # is used up, so this cannot loop without progress).
+                    launch.append(run)
+            while self._waiting and len(self._slots) < self.limit and not self._closing:
+                waiting = self._runs.get(self._waiting.popleft())
+                if waiting is not None:
+                    self._slots.add(waiting.run_id)
+                    launch.append(waiting)
+        for each in launch:
+            self._launch(each, first=False)
 
     async def _life(self, run: _Run, *, first: bool) -> None:
         spec = run.spec
@@ -500,7 +525,11 @@ class BackgroundDelegates:
                 run.turn = 1
                 await self._report(run, RunReport(run_id=run.run_id, turn=1, text=await spec.first()))
             failures = 0
-            while batch := run.take():
+            while True:
+                with self._lock:
+                    batch = run.take()
+                if not batch:
+                    break
                 ids = tuple(q.message["id"] for q in batch)
                 try:
                     await self._deliver(run, batch)
@@ -515,7 +544,8 @@ class BackgroundDelegates:
                         exc_info=True,
                     )  # fmt: skip
                     if again:
-                        run.pending[:0] = batch  # first in line again, after a growing pause
+                        with self._lock:
+                            run.pending[:0] = batch  # first in line again, after a growing pause
                         await asyncio.sleep(self.retry_delay * 2 ** (failures - 1))
                     else:
                         failures = 0
@@ -528,7 +558,8 @@ class BackgroundDelegates:
                     run, RunReport(run_id=run.run_id, turn=run.turn, text=text, sender=sender, inbox_ids=ids)
                 )
         except Exception:
-            run.busy = False  # a later message wakes the run again, and _done takes what waits
+            with self._lock:
+                run.busy = False  # a later message wakes the run again, and _done takes what waits
             raise
 
     async def _deliver(self, run: _Run, batch: list[_Queued]) -> None:
@@ -546,7 +577,7 @@ class BackgroundDelegates:
         try:
             for q in batch:
                 entry = {"op": "delivered", "id": q.message["id"], "at": utcnow_iso()}
-                await asyncio.to_thread(_append_line, path, entry)
+                await asyncio.to_thread(append_line, path, entry)
         except Exception:  # the row is in the transcript: the run answers it; the file over-reports
             log.exception("inbox messages of run %s were delivered but could not be marked", run.run_id)
 
@@ -566,11 +597,13 @@ class BackgroundDelegates:
             task = asyncio.get_running_loop().create_task(
                 spec.follow_up(report), name=f"follow-up of {run.run_id} turn {report.turn}"
             )
-            self.follow_ups.add(task)
+            with self._lock:
+                self.follow_ups.add(task)
             task.add_done_callback(self._followed)
 
     def _followed(self, task: asyncio.Task[None]) -> None:
-        self.follow_ups.discard(task)
+        with self._lock:
+            self.follow_ups.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("the parent's turn after a sub-agent report failed", exc_info=task.exception())
 
@@ -578,6 +611,17 @@ class BackgroundDelegates:
         idle = [k for k, r in self._runs.items() if not r.busy and not r.pending]
         for key in idle[: max(0, len(idle) - self.keep_finished)]:
             del self._runs[key]
+
+
+async def _ended(task: asyncio.Task[None]) -> None:
+    await asyncio.wait({task})
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _block(message: InboxMessage) -> dict[str, Any]:

@@ -9,6 +9,7 @@ maps to HTTP in one place::
         ├── InboxMessageInvalid       an empty or over-long message (400)
         ├── InboxToSelf               a run messaging its own inbox (400)
         ├── InboxForbidden            the caller may not write the parent conversation (403)
+        ├── InboxHopsExceeded         an agent's own code sending as the user (a kernel's %inbox) (403)
         ├── InboxRunNotResumable      a run this process no longer holds (restarted, forgot it) (409)
         ├── InboxFull                 ``inbox_limit`` messages already wait (429)
         └── InboxRateLimited          ``rate_limit`` messages from the sender in the last minute (429)
@@ -25,6 +26,7 @@ __all__ = [
     "InboxError",
     "InboxForbidden",
     "InboxFull",
+    "InboxHopsExceeded",
     "InboxMessageInvalid",
     "InboxRateLimited",
     "InboxRunNotResumable",
@@ -61,6 +63,12 @@ class InboxToSelf(InboxError, ValueError):
 
 class InboxForbidden(InboxError, PermissionError):
     code = "inbox_forbidden"
+
+
+class InboxHopsExceeded(InboxError, PermissionError):
+    """An agent messaging sub-agents: only users send (seed 003 bounds such chains; here there are none)."""
+
+    code = "inbox_hops_exceeded"
 
 
 class InboxRunNotResumable(InboxError):

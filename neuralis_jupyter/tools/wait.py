@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,20 +56,25 @@ JobState = Literal["reported", "running", "starting", "gone", "unknown"]
 
 
 class SeenReports:
-    """The reports a ``wait`` has handed to the model, per conversation and job: for a sub-agent run
-    the latest turn number seen, for a shell (which reports once) turn 0. In process memory, like the
-    background jobs themselves."""
+    """The reports a ``wait`` has handed to the model, per conversation and job: the sub-agent run's
+    turn numbers whose report it returned (a shell reports once: turn 0). Exactly those: a wait that
+    returned turn 2 has not shown turn 1, whose follow-up is still owed. In process memory, like the
+    background jobs themselves, and bounded: the oldest jobs are forgotten first."""
 
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], int] = {}
+    def __init__(self, limit: int = 10_000) -> None:
+        self._seen: OrderedDict[tuple[str, str], set[int]] = OrderedDict()
+        self._limit = limit
 
     def mark(self, conversation_id: str, job: str, turn: int = 0) -> None:
         key = (conversation_id, job)
-        self._seen[key] = max(turn, self._seen.get(key, turn))
+        self._seen.setdefault(key, set()).add(turn)
+        self._seen.move_to_end(key)
+        while len(self._seen) > self._limit:
+            self._seen.popitem(last=False)
 
     def seen(self, conversation_id: str, job: str, turn: int = 0) -> bool:
-        """Whether a wait in the conversation handed over this report of ``job``, or a later one."""
-        return self._seen.get((conversation_id, job), -1) >= turn
+        """Whether a wait in the conversation handed over this very report of ``job``."""
+        return turn in self._seen.get((conversation_id, job), ())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,7 @@ import pytest
 from neuralis_jupyter.config import NeuralisSettings
 from neuralis_jupyter.providers.scripted import Call, Reply, ScriptedModel
 from neuralis_jupyter.runtime import Tool, ToolOutput
+from neuralis_jupyter.runtime.inbox import read_undelivered
 from neuralis_jupyter.runtime.tools import AGENT_CORE_ID
 from neuralis_jupyter.store import Store
 from neuralis_jupyter.store.projects import DEFAULT_PROJECT_ID
@@ -259,3 +260,75 @@ def test_inbox_lists_what_a_run_never_received_before_a_restart(kernel: KernelHa
     error = refused(kernel, f"%inbox {run_id} And now?")
     assert "is not held by this process" in error.reply["content"]["evalue"]
     assert "Delegate the task again" in error.reply["content"]["evalue"]
+
+
+def started_run(kernel: KernelHarness) -> tuple[Path, Path]:
+    """A new conversation (the parent's directory) with a background run that has reported once."""
+    kernel.run("%conversation new")
+    kernel.run("%guard auto")
+    start = {"name": "delegate", "input": {"task": "Count the files.", "background": True}}
+    kernel.script({"text": "", "calls": [start]}, *[{"text": "Noted."}] * 8)
+    kernel.run("Count them in the background.")
+    parent = conversation_dir(kernel, kernel.conversation())
+    (run,) = eventually(lambda: list((parent / "delegates").glob("d-*")), "the run's start")
+    eventually(lambda: report_turns(parent) == [1], "the run's first report")
+    return parent, run
+
+
+def report_turns(parent: Path) -> list[int]:
+    parent_rows = rows(parent / "messages.jsonl")
+    return [b["turn"] for r in parent_rows for b in r["content"] if b["type"] == "delegate_report"]
+
+
+def test_inbox_in_a_subshell_answers_while_a_python_cell_blocks_the_main_shell(kernel: KernelHarness) -> None:
+    parent, run = started_run(kernel)
+    entered, go_on = kernel.home / "blocking-entered", kernel.home / "blocking-go-on"
+    blocking = kernel.start(
+        f"%%python\nimport pathlib, time\npathlib.Path({str(entered)!r}).touch()\n"
+        f"while not pathlib.Path({str(go_on)!r}).exists():\n    time.sleep(0.05)"
+    )
+    eventually(entered.exists, "the main shell's blocking cell")
+    subshell = kernel.create_subshell()
+    try:
+        # The main shell's loop is blocked: the message is accepted and written on the subshell's thread.
+        sent = kernel.finish(kernel.start(f"%inbox {run.name} Anything new?", subshell_id=subshell))
+        waiting = read_undelivered(run)
+    finally:
+        go_on.touch()
+    assert sent.status == "ok", sent.reply
+    (result,) = sent.of_type("execute_result")
+    queued = result["content"]["data"]["text/plain"].strip("'\"")
+    assert [m["id"] for m in waiting] == [queued.split()[1]]
+    assert kernel.finish(blocking).status == "ok"
+    # Once the main shell is free, the run takes the message on its own loop and reports again.
+    eventually(lambda: report_turns(parent) == [1, 2], "the run's second report")
+    assert read_undelivered(run) == []
+
+
+def test_an_agents_python_call_cannot_send_to_an_inbox(kernel: KernelHarness) -> None:
+    kernel.run("%conversation new")
+    kernel.run("%guard auto")
+    outcome = kernel.home / "agent-inbox-outcome"
+    code = (
+        "try:\n"
+        "    said = get_ipython().run_line_magic('inbox', 'd-000000000000 message yourself')\n"
+        "except Exception as exc:\n"
+        '    said = f\'{type(exc).__name__} {getattr(exc, "code", "")}: {exc}\'\n'
+        f"open({str(outcome)!r}, 'w').write(said)"
+    )
+    kernel.script({"text": "", "calls": [{"name": "python", "input": {"code": code}}]}, {"text": "Tried."})
+    kernel.run("Message your sub-agent from code.")
+
+    said = outcome.read_text(encoding="utf-8")
+    assert said.startswith("InboxHopsExceeded inbox_hops_exceeded: ")
+    assert "an agent's code cannot message sub-agents; only the user can" in said
+    # The user still can, once the call has ended (here: the run is unknown, and says so).
+    error = refused(kernel, "%inbox d-000000000000 hello")
+    assert error.reply["content"]["ename"] != "InboxHopsExceeded"
+
+
+def test_an_inbox_line_inside_a_string_of_a_python_cell_stays_text(kernel: KernelHarness) -> None:
+    out = kernel.run(
+        '%%python\nnote = """\n%inbox d-000000000000 not a call?\n"""\nprint(note.strip())'
+    ).text()
+    assert out.strip() == "%inbox d-000000000000 not a call?"

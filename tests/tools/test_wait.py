@@ -406,3 +406,19 @@ def test_a_shell_report_a_wait_returned_starts_no_second_turn(tmp_path: Path) ->
         assert "exited with code 0" in tool_results(target)["w1"]["content"]
         model.assert_complete()  # no continuation turn asked the model again
         assert len(model.requests) == 3
+
+
+def test_a_later_report_seen_does_not_count_an_earlier_one_as_seen() -> None:
+    from neuralis_jupyter.tools.wait import SeenReports
+
+    seen = SeenReports(limit=2)
+    seen.mark("c-1", "d-run", 2)
+    # Report 1 was written while the parent turn ran and no wait returned it: its follow-up is owed.
+    assert not seen.seen("c-1", "d-run", 1)
+    assert seen.seen("c-1", "d-run", 2)
+    assert not seen.seen("c-2", "d-run", 2)
+    seen.mark("c-1", "sh-1")
+    seen.mark("c-1", "sh-2")  # past the bound: the oldest job is forgotten
+    assert not seen.seen("c-1", "d-run", 2)
+    assert seen.seen("c-1", "sh-1")
+    assert seen.seen("c-1", "sh-2")
