@@ -48,8 +48,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +78,10 @@ from .inbox_wire import (
     InboxSender,
     Queued,
     RunReport,
+    SenderRates,
     append_line,
+    check_message,
+    new_message,
     read_undelivered,
 )
 from .subagents import child_conversation
@@ -109,8 +110,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_MINUTE = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +189,7 @@ class BackgroundDelegates:
         self._slots: set[str] = set()
         self._runs: dict[str, _Run] = {}
         self._waiting: deque[str] = deque()
-        self._sent: dict[tuple[str, str, str | None], deque[float]] = {}
+        self._rates = SenderRates()
         self._recovered: set[Path] = set()
         self._closing = False
 
@@ -354,24 +353,7 @@ class BackgroundDelegates:
         self, run_id: str, text: str, session: SessionContext, delivery: str
     ) -> tuple[_Run, _Queued]:
         run = self._visible(run_id, session)
-        if delivery == "immediate":
-            raise InboxDeliveryUnsupported(
-                run_id,
-                "a background sub-agent run has no mid-turn step to take a message at: send it with "
-                "delivery 'settle' (the default); it arrives when the run's current turn ends",
-            )
-        if delivery != "settle":
-            raise InboxDeliveryInvalid(
-                run_id, f"unknown delivery {delivery!r}: a background sub-agent run takes 'settle' only"
-            )
-        if not isinstance(text, str) or not text.strip():
-            raise InboxMessageInvalid(run_id, "the message is empty; write what the sub-agent should know")
-        if len(text) > self.max_chars:
-            raise InboxMessageInvalid(
-                run_id,
-                f"the message has {len(text)} characters, more than the {self.max_chars} allowed; "
-                "put the long part in a file and send its path",
-            )
+        check_message(run_id, text, delivery, max_chars=self.max_chars)
         if run.spec is None:
             raise InboxRunNotResumable(
                 run_id,
@@ -386,41 +368,17 @@ class BackgroundDelegates:
                 f"{self.inbox_limit} messages already wait for run {run_id!r}; send again once it has "
                 "taken them (c.DelegateSettings.inbox_limit sets the bound)",
             )
-        now = time.monotonic()
-        sent = self._sent.setdefault(_sender_key(session), deque())
-        while sent and now - sent[0] >= _MINUTE:
-            sent.popleft()
-        if len(sent) >= self.rate_limit:
-            raise InboxRateLimited(
-                run_id,
-                f"you sent {self.rate_limit} messages to sub-agent inboxes in the last minute; send again "
-                f"in {_MINUTE - (now - sent[0]):.0f} s (c.DelegateSettings.inbox_rate_limit sets the bound)",
-            )
-        message: InboxMessage = {
-            "id": "msg_" + uuid.uuid4().hex[:24],
-            "runId": run_id,
-            "text": text,
-            "delivery": "settle",
-            "from": {
-                "userId": session.user_id,
-                "agentId": session.agent_id,
-                "conversationId": session.conversation_id,
-            },
-            "queuedAt": utcnow_iso(),
-        }
-        queued = _Queued(message=message, session=session)
         # Counted at once, before any await, so concurrent sends cannot pass either bound.
+        self._rates.take(_sender_key(session), run_id, limit=self.rate_limit)
+        queued = _Queued(message=new_message(run_id, text, session), session=session)
         run.pending.append(queued)
-        sent.append(now)
         return run, queued
 
     def _withdraw(self, run: _Run, queued: _Queued) -> None:
         with self._lock:
             if queued in run.pending:
                 run.pending.remove(queued)
-            sent = self._sent.get(_sender_key(queued.session))
-            if sent:
-                sent.pop()
+            self._rates.give_back(_sender_key(queued.session))
 
     def _queued(self, run: _Run, queued: _Queued) -> Queued:
         key = queued.message["id"]

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from ..contracts.identity import SessionContext
-from ..store.conversations import Conversation
+from ..store.conversations import Conversation, utcnow_iso
+from .inbox_errors import (
+    InboxDeliveryInvalid,
+    InboxDeliveryUnsupported,
+    InboxMessageInvalid,
+    InboxRateLimited,
+)
 
 __all__ = [
     "INBOX_FILE",
@@ -25,7 +34,10 @@ __all__ = [
     "InboxSender",
     "Queued",
     "RunReport",
+    "SenderRates",
     "append_line",
+    "check_message",
+    "new_message",
     "read_undelivered",
 ]
 
@@ -124,3 +136,69 @@ class DetachedRun:
     report: Callable[[RunReport], Awaitable[None]]
     #: The parent's turn that answers a report, run as a task of its own once its row is written.
     follow_up: Callable[[RunReport], Coroutine[Any, Any, None]] | None = None
+
+
+def check_message(run_id: str, text: object, delivery: str, *, max_chars: int) -> None:
+    """Refuse a message no background run can take, saying how to send it instead."""
+    if delivery == "immediate":
+        raise InboxDeliveryUnsupported(
+            run_id,
+            "a background sub-agent run has no mid-turn step to take a message at: send it with "
+            "delivery 'settle' (the default); it arrives when the run's current turn ends",
+        )
+    if delivery != "settle":
+        raise InboxDeliveryInvalid(
+            run_id, f"unknown delivery {delivery!r}: a background sub-agent run takes 'settle' only"
+        )
+    if not isinstance(text, str) or not text.strip():
+        raise InboxMessageInvalid(run_id, "the message is empty; write what the sub-agent should know")
+    if len(text) > max_chars:
+        raise InboxMessageInvalid(
+            run_id,
+            f"the message has {len(text)} characters, more than the {max_chars} allowed; "
+            "put the long part in a file and send its path",
+        )
+
+
+def new_message(run_id: str, text: str, session: SessionContext) -> InboxMessage:
+    """The queued message; ``from`` is the sending session, whatever the caller wrote."""
+    return {
+        "id": "msg_" + uuid.uuid4().hex[:24],
+        "runId": run_id,
+        "text": text,
+        "delivery": "settle",
+        "from": {
+            "userId": session.user_id,
+            "agentId": session.agent_id,
+            "conversationId": session.conversation_id,
+        },
+        "queuedAt": utcnow_iso(),
+    }
+
+
+class SenderRates:
+    """The ``inbox_rate_limited`` brake: messages per sender in a rolling minute (the caller locks)."""
+
+    WINDOW = 60.0
+
+    def __init__(self) -> None:
+        self._sent: dict[object, deque[float]] = {}
+
+    def take(self, sender: object, run_id: str, *, limit: int) -> None:
+        now = time.monotonic()
+        sent = self._sent.setdefault(sender, deque())
+        while sent and now - sent[0] >= self.WINDOW:
+            sent.popleft()
+        if len(sent) >= limit:
+            raise InboxRateLimited(
+                run_id,
+                f"you sent {limit} messages to sub-agent inboxes in the last minute; send again in "
+                f"{self.WINDOW - (now - sent[0]):.0f} s (c.DelegateSettings.inbox_rate_limit sets the bound)",
+            )
+        sent.append(now)
+
+    def give_back(self, sender: object) -> None:
+        """Undo the latest ``take`` of ``sender`` (its message was not kept)."""
+        sent = self._sent.get(sender)
+        if sent:
+            sent.pop()
