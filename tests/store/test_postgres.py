@@ -19,21 +19,21 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from neuralis_jupyter import frames
-from neuralis_jupyter.store import AuditEvent, Store, UsageEvent
+from neuralis_jupyter.store import AuditEvent, Store
 from neuralis_jupyter.store.migrations import MIGRATIONS, migrate, pending_migrations, schema_version
 from neuralis_jupyter.store.sql import dispose_engines, open_engine
 
 from .test_sql import run_together
+from .usage_rows import T0, usage_event
 
 ALL_NAMES = [m.__name__ for m in MIGRATIONS]
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 PORT = "5432"  # names the socket file in our own socket folder; no TCP port is opened
 
 
@@ -140,28 +140,6 @@ def url(server: Server) -> Iterator[str]:
     finally:
         dispose_engines()
         admin.dispose()
-
-
-def usage_event(**overrides: object) -> UsageEvent:
-    values: dict[str, object] = {
-        "ts": T0,
-        "project_id": "p",
-        "user_id": "alice",
-        "agent_id": "a1",
-        "conversation_id": "c-1",
-        "request_id": "r1",
-        "provider": "anthropic",
-        "model": "claude-x",
-        "input_tokens": 1200,
-        "output_tokens": 300,
-        "cache_read_tokens": 50,
-        "cache_write_tokens": 7,
-        "steps": 2,
-        "cost_usd": 0.0125,
-        "equivalent_cost_usd": None,
-        "duration_ms": 1800,
-    }
-    return UsageEvent(**{**values, **overrides})
 
 
 def test_migrations_apply_once_on_postgres(url):

@@ -19,41 +19,20 @@ from neuralis_jupyter.contracts import (
     SessionContext,
     create_system_session,
 )
-from neuralis_jupyter.store import AuditEvent, Store, UsageEvent
+from neuralis_jupyter.store import AuditEvent, Store
 from neuralis_jupyter.store.conversations import ConversationStore
 from neuralis_jupyter.store.migrations import pending_migrations, usage_events
 from neuralis_jupyter.store.sql import dispose_engines
 from neuralis_jupyter.store.usage import USAGE_COLUMNS, select_usage
 
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+from .usage_rows import T0
+from .usage_rows import usage_event as event
 
 
 @pytest.fixture
 def store(tmp_path):
     yield Store.open(tmp_path / "root")
     dispose_engines()
-
-
-def event(**overrides):
-    values = {
-        "ts": T0,
-        "project_id": "p",
-        "user_id": "alice",
-        "agent_id": "a1",
-        "conversation_id": "c-1",
-        "request_id": "r1",
-        "provider": "anthropic",
-        "model": "claude-x",
-        "input_tokens": 1200,
-        "output_tokens": 300,
-        "cache_read_tokens": 50,
-        "cache_write_tokens": 7,
-        "steps": 2,
-        "cost_usd": 0.0125,
-        "equivalent_cost_usd": None,
-        "duration_ms": 1800,
-    }
-    return UsageEvent(**{**values, **overrides})
 
 
 def test_store_open_puts_the_sql_file_in_the_data_root_and_migrates_on_first_use(tmp_path):
